@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes binaries fleetcheck's tests and dev fleet run, from the Go module proxy,
+# at the versions pinned in clusters/bin/*/go.mod, into a per-version cache outside the clone.
+#
+#   bash clusters/build.sh            # build what is missing, print the bin directory last
+#   KUBEBUILDER_ASSETS=/dir bash ...  # use existing binaries in /dir instead (envtest convention)
+#
+# Cache: ${FLEETCHECK_CACHE:-$HOME/.cache/fleetcheck}/bin/<component>-<version>-<go.sum hash>/.
+# A component whose cache directory holds every binary is skipped, so warm runs take a second.
+# All outputs are linked into one directory (.../bin/current-<key>) whose path is printed on the
+# last line of stdout; progress goes to stderr.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${FLEETCHECK_CACHE:-$HOME/.cache/fleetcheck}
+say() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
+    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || { say "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks $b"; exit 1; }
+  done
+  say "using existing binaries in KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+
+command -v go >/dev/null || { say "Go is required to build the Kubernetes binaries (go 1.26)"; exit 1; }
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
+
+# version_of MODULE_DIR MODULE_PATH -> the version required in that wrapper's go.mod
+version_of() { sed -n "s|^[[:space:]]*$2 \(v[^ ]*\).*|\1|p" "$1/go.mod" | head -n1; }
+key_of() { sha256sum "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-10; }
+
+k8s_dir=$here/bin/k8s
+etcd_dir=$here/bin/etcd
+kwok_dir=$here/bin/kwok
+kv=$(version_of "$k8s_dir" k8s.io/kubernetes)
+ev=$(version_of "$etcd_dir" go.etcd.io/etcd/server/v3)
+wv=$(version_of "$kwok_dir" sigs.k8s.io/kwok)
+
+k8s_out=$cache/bin/k8s-$kv-$(key_of "$k8s_dir")
+etcd_out=$cache/bin/etcd-$ev-$(key_of "$etcd_dir")
+kwok_out=$cache/bin/kwok-$wv-$(key_of "$kwok_dir")
+
+# build NAME OUT_DIR MODULE_DIR "BINARIES" -- go build args...
+build() {
+  local name=$1 out=$2 dir=$3 bins=$4; shift 4
+  local missing=0 b
+  for b in $bins; do [[ -x "$out/$b" ]] || missing=1; done
+  if [[ $missing -eq 0 ]]; then say "$name: cached in $out"; return 0; fi
+  say "$name: building $bins (cold builds take minutes; log in $out.log)"
+  mkdir -p "$out.tmp"
+  local start=$SECONDS
+  # A heartbeat so a long compile never looks hung.
+  ( while sleep 30; do say "$name: still compiling ($((SECONDS - start))s)"; done ) &
+  local beat=$!
+  if (cd "$dir" && go build -o "$out.tmp/" "$@") >"$out.log" 2>&1; then
+    kill "$beat" 2>/dev/null || true
+    rm -rf "$out" && mv "$out.tmp" "$out"
+    say "$name: built in $((SECONDS - start))s"
+  else
+    kill "$beat" 2>/dev/null || true
+    say "$name: build failed; last lines of $out.log:"
+    tail -n 30 "$out.log" >&2
+    exit 1
+  fi
+}
+
+mkdir -p "$cache/bin"
+# Version stamping as upstream's hack/lib/version.sh does, so /version reports the real version.
+major=${kv#v}; major=${major%%.*}
+minor=${kv#v*.}; minor=${minor%%.*}
+ld="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld="$ld -X $p.gitVersion=$kv -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+  ld="$ld -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
+done
+
+build "kubernetes $kv" "$k8s_out" "$k8s_dir" "kube-apiserver kube-controller-manager kube-scheduler kubectl" \
+  -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ld" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+# etcd's main package is the module root of server/v3; its default binary name would be "server".
+if [[ ! -x "$etcd_out/etcd" ]]; then
+  build "etcd $ev" "$etcd_out" "$etcd_dir" "server" -trimpath -ldflags "-s -w" go.etcd.io/etcd/server/v3
+  mv "$etcd_out/server" "$etcd_out/etcd"
+else
+  say "etcd $ev: cached in $etcd_out"
+fi
+build "kwok $wv" "$kwok_out" "$kwok_dir" "kwok" -trimpath -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok
+
+# One directory holding all six, in the KUBEBUILDER_ASSETS shape.
+current=$cache/bin/current-$(printf '%s' "$k8s_out $etcd_out $kwok_out" | sha256sum | cut -c1-10)
+mkdir -p "$current"
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sfn "$k8s_out/$b" "$current/$b"; done
+ln -sfn "$etcd_out/etcd" "$current/etcd"
+ln -sfn "$kwok_out/kwok" "$current/kwok"
+"$current/kube-apiserver" --version >&2
+echo "$current"
