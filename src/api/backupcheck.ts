@@ -1,0 +1,364 @@
+import * as z from "zod"
+import {
+  checkTimeZone,
+  cronPattern,
+  durationPattern,
+  parseDuration,
+  parseSchedule,
+  timeZonePattern,
+} from "../reconcile/schedule.ts"
+import { ConditionsSchema, TimestampSchema } from "./condition.ts"
+
+// BackupCheck (fleetcheck.io/v1alpha1, namespaced, in member clusters). These schemas are the one
+// source of truth: the hub validates with them and src/api/crd.ts generates the CRD from them.
+// Rules zod can state as JSON Schema (types, patterns, bounds, defaults) reach the API server; the
+// refinements (croner, Intl, duration bounds) run in the hub only, so the hub rejects what the API
+// server lets through, and CEL rules in .meta() cover the cross-field rules for the API server.
+
+export const apiGroup = "fleetcheck.io"
+export const apiVersionName = "v1alpha1"
+/** The apiVersion field of both kinds. */
+export const apiVersion = `${apiGroup}/${apiVersionName}` as const
+
+export const backupCheckKind = "BackupCheck"
+export const backupCheckPlural = "backupchecks"
+/** The hub's finalizer on every BackupCheck it manages. */
+export const finalizerName = "fleetcheck.io/cleanup"
+
+export const conditionTypes = {
+  Verified: "Verified",
+} as const
+export type ConditionType = (typeof conditionTypes)[keyof typeof conditionTypes]
+
+/** Reasons of the Verified condition. */
+export const conditionReasons = {
+  RestoreSucceeded: "RestoreSucceeded",
+  RestoreFailed: "RestoreFailed",
+  ChecksumMismatch: "ChecksumMismatch",
+  RestoreTimedOut: "RestoreTimedOut",
+  VerificationStale: "VerificationStale",
+  RestoreRunning: "RestoreRunning",
+  Suspended: "Suspended",
+  JobCreateFailed: "JobCreateFailed",
+  ClusterUnreachable: "ClusterUnreachable",
+  InvalidSpec: "InvalidSpec",
+  /** Scheduled, and no run has been due since creation (Verified=Unknown). */
+  AwaitingFirstRun: "AwaitingFirstRun",
+} as const
+export type ConditionReason = (typeof conditionReasons)[keyof typeof conditionReasons]
+
+export const runResults = ["Running", "Succeeded", "Failed"] as const
+export type RunResult = (typeof runResults)[number]
+
+export const checksumPattern = /^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[0-9a-f]{32})$/
+
+// ---------------------------------------------------------------------------------------------------
+// Spec
+
+// A Go duration whose value (when the pattern matched) satisfies `ok`; the CEL rule says the same to
+// the API server, which compares durations natively.
+const duration = (ok: (ms: number) => boolean, bound: string, rule: string) =>
+  z
+    .string()
+    .max(64)
+    .regex(durationPattern, { error: "must be a Go duration like 30m, 1h30m or 45s" })
+    .superRefine((s, ctx) => {
+      if (!durationPattern.test(s)) return
+      const ms = parseDuration(s)
+      if (typeof ms !== "number") ctx.addIssue({ code: "custom", message: ms.error })
+      else if (!ok(ms)) ctx.addIssue({ code: "custom", message: `must be ${bound}` })
+    })
+    .meta({ "x-kubernetes-validations": [{ rule, message: `must be ${bound}` }] })
+
+export const StringMapSchema = z.record(z.string(), z.string())
+
+export const BackupRefSchema = z
+  .strictObject({
+    name: z
+      .string()
+      .min(1)
+      .max(253)
+      .describe("Name of the backup to verify; passed to the restore Job as FLEETCHECK_BACKUP_NAME."),
+    source: z
+      .string()
+      .min(1)
+      .max(4096)
+      .optional()
+      .describe("Where the backup lives (a URL or path); passed as FLEETCHECK_BACKUP_SOURCE."),
+    checksum: z
+      .string()
+      .regex(checksumPattern, {
+        error: "checksum must be sha256:<64 hex>, sha512:<128 hex> or md5:<32 hex>, lower case",
+      })
+      .optional()
+      .describe(
+        "Expected checksum, algorithm:lowercase-hex (sha256, sha512, md5); passed as FLEETCHECK_EXPECTED_CHECKSUM.",
+      ),
+  })
+  .describe("The backup this check verifies.")
+
+// The Job shape stays open (preserve-unknown-fields) so any batch/v1 JobSpec field passes through; only
+// what the hub relies on is declared: at least one container, and a Job-compatible restartPolicy.
+const ContainerSchema = z
+  .looseObject({
+    name: z.string().min(1).max(63).describe("Container name."),
+    image: z.string().min(1).describe("Container image."),
+  })
+  .describe("A container (core/v1 Container); the hub adds the FLEETCHECK_* and TRACEPARENT env.")
+
+const PodSpecSchema = z
+  .looseObject({
+    containers: z.array(ContainerSchema).min(1).describe("The restore containers; at least one."),
+    restartPolicy: z
+      .enum(["Never", "OnFailure"])
+      .default("Never")
+      .describe("Never (default) or OnFailure; a Job's pods cannot use Always."),
+  })
+  .describe("core/v1 PodSpec.")
+
+const PodTemplateSchema = z
+  .looseObject({ spec: PodSpecSchema })
+  .describe("core/v1 PodTemplateSpec of the restore Job.")
+
+export const JobTemplateSchema = z
+  .strictObject({
+    metadata: z
+      .strictObject({
+        labels: StringMapSchema.optional().describe("Labels for the restore Job."),
+        annotations: StringMapSchema.optional().describe("Annotations for the restore Job."),
+      })
+      .optional()
+      .describe("Labels and annotations copied to each restore Job."),
+    spec: z
+      .looseObject({ template: PodTemplateSchema })
+      .describe(
+        "batch/v1 JobSpec of the restore Job. activeDeadlineSeconds is set from spec.timeout by the hub.",
+      ),
+  })
+  .describe("The restore Job, shaped like a CronJob's jobTemplate.")
+
+export const BackupCheckSpecSchema = z
+  .strictObject({
+    backup: BackupRefSchema,
+    jobTemplate: JobTemplateSchema,
+    schedule: z
+      .string()
+      .max(128)
+      .regex(cronPattern, { error: 'must be 5 cron fields like "0 3 * * *" or a macro like @daily' })
+      .superRefine((s, ctx) => {
+        if (!cronPattern.test(s)) return
+        const parsed = parseSchedule(s)
+        if (!parsed.success) ctx.addIssue({ code: "custom", message: parsed.error })
+      })
+      .optional()
+      .describe(
+        "Cron schedule (5 fields or @daily etc.); without it one verification runs per spec generation.",
+      ),
+    timeZone: z
+      .string()
+      .max(64)
+      .regex(timeZonePattern, { error: "must be an IANA time zone name like Europe/Berlin" })
+      .superRefine((tz, ctx) => {
+        if (!timeZonePattern.test(tz)) return
+        const error = checkTimeZone(tz)
+        if (error !== undefined) ctx.addIssue({ code: "custom", message: error })
+      })
+      .optional()
+      .describe("IANA time zone of schedule, e.g. Europe/Berlin; UTC when unset. Requires schedule."),
+    timeout: duration((ms) => ms >= 1000, "at least 1s", "duration(self) >= duration('1s')")
+      .default("1h")
+      .describe("How long one restore may run (Go duration); becomes the Job's activeDeadlineSeconds."),
+    maxStaleness: duration((ms) => ms > 0, "greater than 0", "duration(self) > duration('0s')")
+      .optional()
+      .describe("Verified turns False (VerificationStale) when the last success is older than this."),
+    suspend: z.boolean().default(false).describe("Suspends new runs; a running restore is not stopped."),
+    successfulRunsHistoryLimit: z
+      .int()
+      .min(0)
+      .max(100)
+      .meta({ format: "int32" })
+      .default(3)
+      .describe("How many finished successful restore Jobs to keep."),
+    failedRunsHistoryLimit: z
+      .int()
+      .min(0)
+      .max(100)
+      .meta({ format: "int32" })
+      .default(1)
+      .describe("How many finished failed restore Jobs to keep."),
+  })
+  .superRefine((spec, ctx) => {
+    if (spec.timeZone !== undefined && spec.schedule === undefined) {
+      ctx.addIssue({ code: "custom", path: ["timeZone"], message: "timeZone requires schedule" })
+    }
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      {
+        rule: "!has(self.timeZone) || has(self.schedule)",
+        message: "timeZone requires schedule",
+        fieldPath: ".timeZone",
+        reason: "FieldValueForbidden",
+      },
+    ],
+  })
+  .describe("What to verify, how to restore it, and when.")
+
+export type BackupCheckSpec = z.output<typeof BackupCheckSpecSchema>
+/** The spec as users write it: defaulted fields are optional. */
+export type BackupCheckSpecInput = z.input<typeof BackupCheckSpecSchema>
+
+// ---------------------------------------------------------------------------------------------------
+// Status
+
+export const LastRunSchema = z
+  .object({
+    jobName: z.string().min(1).max(63).describe("Name of the restore Job."),
+    runID: z.string().min(1).max(63).describe("The run's ID: g<generation> or s<scheduled UTC time>."),
+    startTime: TimestampSchema.describe("When the hub started the run."),
+    completionTime: TimestampSchema.optional().describe("When the run finished."),
+    result: z.enum(runResults).describe("Running, Succeeded or Failed."),
+    traceID: z
+      .string()
+      .regex(/^[0-9a-f]{32}$/)
+      .optional()
+      .describe("OpenTelemetry trace ID of the verification."),
+  })
+  .describe("The most recent verification run.")
+
+export type LastRun = z.output<typeof LastRunSchema>
+
+export const BackupCheckStatusSchema = z
+  .object({
+    observedGeneration: z
+      .int()
+      .min(0)
+      .meta({ format: "int64" })
+      .optional()
+      .describe("The generation the hub last reconciled."),
+    conditions: ConditionsSchema.optional(),
+    lastRun: LastRunSchema.optional(),
+    lastSuccessfulTime: TimestampSchema.optional().describe(
+      "When the last successful verification finished.",
+    ),
+    nextRunTime: TimestampSchema.optional().describe("When the next scheduled run is due."),
+  })
+  .describe("Observed state, written by the fleetcheck hub.")
+
+export type BackupCheckStatus = z.output<typeof BackupCheckStatusSchema>
+
+// ---------------------------------------------------------------------------------------------------
+// The resource
+
+/** The ObjectMeta fields the hub reads; everything else passes through untouched. */
+export const ObjectMetaSchema = z.looseObject({
+  name: z.string().min(1).max(253),
+  namespace: z.string().min(1).max(63).optional(),
+  uid: z.string().min(1).optional(),
+  resourceVersion: z.string().optional(),
+  generation: z.int().min(0).optional(),
+  creationTimestamp: z.string().optional(),
+  deletionTimestamp: z.string().optional(),
+  labels: StringMapSchema.optional(),
+  annotations: StringMapSchema.optional(),
+  finalizers: z.array(z.string()).optional(),
+})
+export type ObjectMeta = z.output<typeof ObjectMetaSchema>
+
+/** A namespaced object as stored: the API server always sets namespace and uid. */
+export const NamespacedObjectMetaSchema = ObjectMetaSchema.extend({
+  namespace: z.string().min(1).max(63),
+  uid: z.string().min(1),
+})
+
+export const BackupCheckSchema = z.object({
+  apiVersion: z.literal(apiVersion),
+  kind: z.literal(backupCheckKind),
+  metadata: NamespacedObjectMetaSchema,
+  spec: BackupCheckSpecSchema,
+  status: BackupCheckStatusSchema.optional(),
+})
+
+export type BackupCheck = z.output<typeof BackupCheckSchema>
+export type BackupCheckInput = z.input<typeof BackupCheckSchema>
+
+/** zod's safeParse shape, with the error as one readable line and status problems as warnings. */
+export type ParseResult<T> =
+  | { readonly success: true; readonly data: T; readonly warnings: ReadonlyArray<string> }
+  | { readonly success: false; readonly error: string; readonly issues: ReadonlyArray<z.core.$ZodIssue> }
+
+const maxErrorLength = 1024
+
+const formatPath = (path: ReadonlyArray<PropertyKey>): string =>
+  path.reduce<string>((out, key) => {
+    if (typeof key === "number") return `${out}[${key}]`
+    return out === "" ? String(key) : `${out}.${String(key)}`
+  }, "")
+
+const formatIssue = (issue: z.core.$ZodIssue): string => {
+  const where = formatPath(issue.path)
+  let what = issue.message.replace(/^Invalid input: /, "")
+  if (issue.code === "unrecognized_keys") {
+    what = `unknown field${issue.keys.length > 1 ? "s" : ""} ${issue.keys.map((k) => `"${k}"`).join(", ")}`
+  } else if (issue.code === "invalid_type" && /received undefined$/.test(issue.message)) {
+    what = "required"
+  } else if (issue.code === "too_small" && issue.origin === "array") {
+    what = `must have at least ${String(issue.minimum)} item${issue.minimum === 1 ? "" : "s"}`
+  }
+  return where === "" ? what : `${where}: ${what}`
+}
+
+/** A readable one-line summary of zod issues, bounded for a condition message. */
+export const formatIssues = (issues: ReadonlyArray<z.core.$ZodIssue>): string => {
+  const parts = issues.map(formatIssue)
+  let out = ""
+  for (const [i, part] of parts.entries()) {
+    const next = out === "" ? part : `${out}; ${part}`
+    if (next.length > maxErrorLength) {
+      return `${out} (and ${parts.length - i} more)`
+    }
+    out = next
+  }
+  return out
+}
+
+const safeParse = <S extends z.ZodType>(schema: S, obj: unknown) => {
+  try {
+    return schema.safeParse(obj)
+  } catch (e) {
+    // Only hostile input gets here (a throwing getter or proxy); still an answer, not a crash.
+    return {
+      success: false as const,
+      error: new z.ZodError([{ code: "custom", path: [], message: String(e), input: obj }]),
+    }
+  }
+}
+
+/** Parses any resource schema the way parseBackupCheck does (shared with MemberCluster). */
+export const parseResource = <S extends z.ZodType>(schema: S, obj: unknown): ParseResult<z.output<S>> => {
+  const first = safeParse(schema, obj)
+  if (first.success) return { success: true, data: first.data, warnings: [] }
+  const issues = first.error.issues
+  // The status is the hub's own output: a bad one must not block reconciling a good spec, which
+  // rewrites it anyway. Drop it and report it as a warning.
+  if (typeof obj === "object" && obj !== null && issues.every((i) => i.path[0] === "status")) {
+    const { status: _dropped, ...rest } = obj as Record<string, unknown>
+    const retry = safeParse(schema, rest)
+    if (retry.success) return { success: true, data: retry.data, warnings: issues.map(formatIssue) }
+  }
+  return { success: false, error: formatIssues(issues), issues }
+}
+
+/**
+ * Validates a BackupCheck as read from a member cluster, applying defaults. Never throws: an invalid
+ * object yields a readable error for the Verified condition (reason InvalidSpec).
+ */
+export const parseBackupCheck = (obj: unknown): ParseResult<BackupCheck> =>
+  parseResource(BackupCheckSchema, obj)
+
+/** Validates only a spec (e.g. a sample or a CLI argument), applying defaults. Never throws. */
+export const parseBackupCheckSpec = (spec: unknown): ParseResult<BackupCheckSpec> => {
+  const result = safeParse(BackupCheckSpecSchema, spec)
+  if (result.success) return { success: true, data: result.data, warnings: [] }
+  return { success: false, error: formatIssues(result.error.issues), issues: result.error.issues }
+}

@@ -1,0 +1,78 @@
+import * as z from "zod"
+import { apiVersion, ObjectMetaSchema, type ParseResult, parseResource } from "./backupcheck.ts"
+import { ConditionsSchema, TimestampSchema } from "./condition.ts"
+
+// MemberCluster (fleetcheck.io/v1alpha1, cluster-scoped, in the hub): one per registration Secret,
+// written by the hub. The spec is nearly empty on purpose: the Secret is the registration.
+
+export const memberClusterKind = "MemberCluster"
+export const memberClusterPlural = "memberclusters"
+
+export const memberClusterConditionTypes = {
+  /** An engine is running for the member with synced caches. */
+  Ready: "Ready",
+  /** The member's API server is reachable (probed). */
+  Connected: "Connected",
+  /** The hub's credentials authenticate; False or CredentialsExpiringSoon ahead of expiry. */
+  CredentialsValid: "CredentialsValid",
+  /** Every BackupCheck in the member is Verified=True. */
+  BackupsVerified: "BackupsVerified",
+} as const
+export type MemberClusterConditionType =
+  (typeof memberClusterConditionTypes)[keyof typeof memberClusterConditionTypes]
+
+export const memberClusterReasons = {
+  /** CredentialsValid=True, but the token or client certificate expires soon. */
+  CredentialsExpiringSoon: "CredentialsExpiringSoon",
+} as const
+export type MemberClusterReason = (typeof memberClusterReasons)[keyof typeof memberClusterReasons]
+
+const count = (what: string) => z.int().min(0).meta({ format: "int32" }).describe(what)
+
+export const MemberClusterSpecSchema = z
+  .strictObject({
+    description: z.string().max(1024).optional().describe("Free text about the member, for people."),
+  })
+  .describe("Nothing to configure: the registration Secret carries the connection.")
+
+export type MemberClusterSpec = z.output<typeof MemberClusterSpecSchema>
+
+export const CheckCountsSchema = z
+  .object({
+    total: count("BackupChecks in the member."),
+    verified: count("BackupChecks with Verified=True."),
+    failed: count("BackupChecks with Verified=False."),
+    unknown: count("BackupChecks with Verified=Unknown or no condition, or all of them while unreachable."),
+  })
+  .describe("BackupCheck counts by Verified status.")
+
+export type CheckCounts = z.output<typeof CheckCountsSchema>
+
+export const MemberClusterStatusSchema = z
+  .object({
+    conditions: ConditionsSchema.optional(),
+    kubernetesVersion: z
+      .string()
+      .max(64)
+      .optional()
+      .describe("The member API server's version, e.g. v1.37.2."),
+    lastProbeTime: TimestampSchema.optional().describe("When the hub last probed the member's API server."),
+    counts: CheckCountsSchema.optional(),
+  })
+  .describe("Observed state, written by the fleetcheck hub.")
+
+export type MemberClusterStatus = z.output<typeof MemberClusterStatusSchema>
+
+export const MemberClusterSchema = z.object({
+  apiVersion: z.literal(apiVersion),
+  kind: z.literal(memberClusterKind),
+  metadata: ObjectMetaSchema,
+  spec: MemberClusterSpecSchema.optional(),
+  status: MemberClusterStatusSchema.optional(),
+})
+
+export type MemberCluster = z.output<typeof MemberClusterSchema>
+
+/** Validates a MemberCluster as read from the hub. Never throws. */
+export const parseMemberCluster = (obj: unknown): ParseResult<MemberCluster> =>
+  parseResource(MemberClusterSchema, obj)
