@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Makes a clone ready to run: npm dependencies as locked (only when the lockfile changed since the last
+# install) and the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck).
+# Used by `npm test` (pretest), `bin/fleetcheck` and .ci/run, so a fresh clone needs no other step.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+if ! cmp -s package-lock.json node_modules/.fleetcheck-lock 2>/dev/null; then
+  echo "[deps] installing npm dependencies (npm ci)" >&2
+  npm ci --no-audit --no-fund >&2
+  cp package-lock.json node_modules/.fleetcheck-lock
+fi
+if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
+  bash clusters/build.sh >/dev/null
+fi

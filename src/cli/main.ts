@@ -1,0 +1,36 @@
+// fleetcheck's command line. Each command lives in its own module; this file only dispatches.
+import { runDev } from "./dev.ts"
+
+const usage = `fleetcheck: proves that backups restore, across every cluster you run
+
+Usage:
+  fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
+  fleetcheck help                this text
+`
+
+const main = async (argv: ReadonlyArray<string>): Promise<number> => {
+  const [command, ...rest] = argv
+  switch (command) {
+    case "dev":
+      return runDev(rest)
+    case undefined:
+    case "help":
+    case "--help":
+    case "-h":
+      process.stdout.write(usage)
+      return 0
+    default:
+      process.stderr.write(`fleetcheck: unknown command ${JSON.stringify(command)}\n\n${usage}`)
+      return 2
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code
+  },
+  (error: unknown) => {
+    process.stderr.write(`fleetcheck: ${error instanceof Error ? error.message : String(error)}\n`)
+    process.exitCode = 1
+  },
+)
