@@ -2,15 +2,16 @@
 // cluster (distinct --etcd-prefix, loopback only, token-authenticated admin kubeconfig) and, per
 // cluster, optionally kube-controller-manager, kube-scheduler and kwok so Job pods run and finish the
 // way their annotations ask (see kwok-stages.yaml). Start one fleet per test file, not per test.
-import { generateKeyPairSync, randomBytes } from "node:crypto"
+
 import { execFile } from "node:child_process"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs"
+import { generateKeyPairSync, randomBytes } from "node:crypto"
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { request } from "node:https"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ensureBinaries } from "./binaries.ts"
-import { makeProcessRegistry, type ManagedProcess, type ProcessRegistry } from "./processes.ts"
+import { type ManagedProcess, makeProcessRegistry, type ProcessRegistry } from "./processes.ts"
 
 export interface ClusterOptions {
   readonly name: string
@@ -81,7 +82,12 @@ const freePort = (): Promise<number> =>
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-const waitFor = async (what: string, timeoutMs: number, check: () => Promise<boolean>, proc?: ManagedProcess) => {
+const waitFor = async (
+  what: string,
+  timeoutMs: number,
+  check: () => Promise<boolean>,
+  proc?: ManagedProcess,
+) => {
   const deadline = Date.now() + timeoutMs
   let lastError: unknown
   while (Date.now() < deadline) {
@@ -96,7 +102,9 @@ const waitFor = async (what: string, timeoutMs: number, check: () => Promise<boo
     await sleep(100)
   }
   const logHint = proc ? `; see ${proc.logFile}:\n${tail(proc.logFile)}` : ""
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${String(lastError ?? "not ready")})${logHint}`)
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what} (${String(lastError ?? "not ready")})${logHint}`,
+  )
 }
 
 const tail = (file: string, lines = 15) => {
@@ -237,7 +245,12 @@ export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => 
   }
 }
 
-const startEtcd = async (procs: ProcessRegistry, etcdBin: string, runDir: string, log: (l: string) => void) => {
+const startEtcd = async (
+  procs: ProcessRegistry,
+  etcdBin: string,
+  runDir: string,
+  log: (l: string) => void,
+) => {
   const clientPort = await freePort()
   const peerPort = await freePort()
   const url = `http://127.0.0.1:${clientPort}`
@@ -305,7 +318,8 @@ const startCluster = async (
   let apiserver = procs.start(`${spec.name}-kube-apiserver`, bin("kube-apiserver"), apiserverArgs)
   const caFile = join(dir, "pki", "apiserver.crt")
   let caPem = ""
-  const api = (method: string, path: string, body?: unknown) => httpsJson(server, caPem, adminToken, method, path, body)
+  const api = (method: string, path: string, body?: unknown) =>
+    httpsJson(server, caPem, adminToken, method, path, body)
   const waitReady = async (proc: ManagedProcess) => {
     await waitFor(
       `${spec.name} apiserver certificate`,
@@ -317,7 +331,12 @@ const startCluster = async (
       },
       proc,
     )
-    await waitFor(`${spec.name} /readyz`, 90_000, async () => (await api("GET", "/readyz")).status === 200, proc)
+    await waitFor(
+      `${spec.name} /readyz`,
+      90_000,
+      async () => (await api("GET", "/readyz")).status === 200,
+      proc,
+    )
     await waitFor(
       `${spec.name} namespaces default and kube-system`,
       30_000,
@@ -384,7 +403,8 @@ const startCluster = async (
       },
     }
     const created = await api("POST", "/api/v1/nodes", node)
-    if (created.status !== 201) throw new Error(`${spec.name}: creating the fake node: ${JSON.stringify(created.body)}`)
+    if (created.status !== 201)
+      throw new Error(`${spec.name}: creating the fake node: ${JSON.stringify(created.body)}`)
     await waitFor(`${spec.name} kwok node Ready`, 60_000, async () => {
       const n = await api("GET", "/api/v1/nodes/kwok-node-0")
       const ready = (n.body?.status?.conditions ?? []).find((c: { type: string }) => c.type === "Ready")

@@ -1,10 +1,10 @@
 export { ensureBinaries, requiredBinaries } from "./binaries.ts"
 export {
-  renderKubeconfig,
-  startFleet,
   type ClusterOptions,
   type FleetOptions,
   type KubectlResult,
   type LocalCluster,
   type LocalFleet,
+  renderKubeconfig,
+  startFleet,
 } from "./fleet.ts"

@@ -1,8 +1,8 @@
 // Child processes of a local fleet: each in its own process group, output to a log file, and all of
 // them known to a watchdog that kills them (and removes the run directory) if this process dies
 // without tearing the fleet down, so a crashed test run never leaves an etcd or apiserver behind.
-import { spawn, type ChildProcess } from "node:child_process"
-import { appendFileSync, openSync, closeSync } from "node:fs"
+import { type ChildProcess, spawn } from "node:child_process"
+import { appendFileSync, closeSync, openSync } from "node:fs"
 import { join } from "node:path"
 
 export interface ManagedProcess {
@@ -91,9 +91,10 @@ export const makeProcessRegistry = (runDir: string): ProcessRegistry => {
   }
 
   const stopAll = async () => {
-    // Reverse start order: clients before the servers they talk to.
-    const procs = [...live.values()].reverse()
-    for (const p of procs) await p.stop()
+    // Clients and apiservers together, then etcd last, so no apiserver spins on a vanished store.
+    const procs = [...live.values()]
+    await Promise.all(procs.filter((p) => p.name !== "etcd").map((p) => p.stop()))
+    await Promise.all(procs.filter((p) => p.name === "etcd").map((p) => p.stop()))
   }
 
   const disarmWatchdog = () => {

@@ -29,7 +29,9 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   process.on("SIGINT", () => void stop("SIGINT"))
   process.on("SIGTERM", () => void stop("SIGTERM"))
 
-  const lines = fleet.clusters.map((c) => `  ${c.name.padEnd(10)} ${c.server}   KUBECONFIG=${c.kubeconfigPath}`)
+  const lines = fleet.clusters.map(
+    (c) => `  ${c.name.padEnd(10)} ${c.server}   KUBECONFIG=${c.kubeconfigPath}`,
+  )
   process.stdout.write(
     [
       "",

@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { startFleet, type LocalCluster, type LocalFleet } from "../../clusters/local-fleet/index.ts"
+import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 
 const jobManifest = (name: string, annotations: Record<string, string>) => ({
   apiVersion: "batch/v1",
@@ -98,7 +98,9 @@ describe("local fleet", () => {
     expect(terminated.exitCode).toBe(3)
     expect(terminated.message).toBe("checksum mismatch: want sha256:aa got sha256:bb")
     const okPods = await c.api("GET", "/api/v1/namespaces/default/pods?labelSelector=job-name%3Drestore-ok")
-    expect(okPods.body.items[0].status.containerStatuses[0].state.terminated.message).toBe("restored 42 tables")
+    expect(okPods.body.items[0].status.containerStatuses[0].state.terminated.message).toBe(
+      "restored 42 tables",
+    )
   })
 
   it("garbage-collects a Job when its owner is deleted", async () => {
@@ -144,7 +146,9 @@ describe("local fleet", () => {
       console.log(JSON.stringify({ runDir: f.runDir, pids: f.clusters[0].processes().map((p) => p.pid) }))
       setInterval(() => {}, 1000)
     `
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] })
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    })
     const info = await new Promise<{ runDir: string; pids: number[] }>((resolve, reject) => {
       let out = ""
       child.stdout.on("data", (d: Buffer) => {
@@ -156,7 +160,9 @@ describe("local fleet", () => {
     })
     expect(info.pids.every(isAlive)).toBe(true)
     child.kill("SIGKILL")
-    await waitUntil("the watchdog to stop the orphaned fleet", 20_000, () => info.pids.every((p) => !isAlive(p)))
+    await waitUntil("the watchdog to stop the orphaned fleet", 20_000, () =>
+      info.pids.every((p) => !isAlive(p)),
+    )
     await waitUntil("the orphaned run directory to be removed", 10_000, () => !existsSync(info.runDir))
   })
 })
