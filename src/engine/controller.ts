@@ -1,0 +1,181 @@
+// The worker loop of one member's controller, implemented once: N worker fibers take keys from the
+// member's workqueue and run the reconciler under a global concurrency cap, then apply one small
+// result table (controller-runtime's):
+//   failure                → rate-limited requeue (per-item backoff), counted, logged
+//   TerminalError          → forget, counted, logged, never retried (a new event will bring it back)
+//   defect (a thrown bug)  → like a failure, and counted as a panic: it never kills the worker
+//   { requeueAfterMs }     → forget, then addAfter
+//   done                   → forget
+import { Cause, Data, Effect, Exit, type Scope, type Semaphore } from "effect"
+import { isConflict } from "../kube/client.ts"
+import type { WorkQueue } from "./workqueue/workqueue.ts"
+
+export interface ReconcileRequest {
+  readonly cluster: string
+  readonly namespace: string
+  readonly name: string
+  /** Unique per reconcile: ties logs, spans and Events of one pass together. */
+  readonly reconcileId: string
+}
+
+export interface ReconcileResult {
+  readonly requeueAfterMs?: number
+}
+
+/** An error no retry can fix (e.g. an invalid spec): logged and counted, never requeued. */
+export class TerminalError extends Data.TaggedError("TerminalError")<{
+  readonly message: string
+  readonly cause?: unknown
+}> {}
+
+export type Reconciler = (req: ReconcileRequest) => Effect.Effect<ReconcileResult, unknown>
+
+export type ReconcileOutcome = "success" | "requeue_after" | "error" | "terminal_error" | "panic"
+
+export interface ControllerHooks {
+  readonly onReconcile?: (cluster: string, outcome: ReconcileOutcome, seconds: number) => void
+  readonly onActiveWorkers?: (cluster: string, delta: number) => void
+}
+
+export interface ControllerOptions {
+  /** Controller name, used in spans and logs (e.g. "backupcheck"). */
+  readonly name: string
+  readonly cluster: string
+  readonly queue: WorkQueue
+  readonly reconcile: Reconciler
+  /** Worker fibers for this member (default 4). */
+  readonly workers?: number
+  /** Shared across members: caps concurrent reconciles hub-wide. */
+  readonly globalLimit?: Semaphore.Semaphore
+  readonly hooks?: ControllerHooks
+  /** Counters to update (so a caller can hold them before the workers start). */
+  readonly stats?: ControllerStats
+}
+
+export interface ControllerStats {
+  reconciles: number
+  errors: number
+  terminalErrors: number
+  panics: number
+}
+
+export const makeControllerStats = (): ControllerStats => ({
+  reconciles: 0,
+  errors: 0,
+  terminalErrors: 0,
+  panics: 0,
+})
+
+let reconcileCounter = 0
+const newReconcileId = () =>
+  `${Date.now().toString(36)}-${(reconcileCounter++ & 0xffffff).toString(36)}-${Math.random().toString(36).slice(2, 6)}`
+
+/** Keys are "namespace/name" (or "name" for cluster-scoped objects). */
+export const splitKey = (key: string): { namespace: string; name: string } => {
+  const i = key.indexOf("/")
+  return i < 0 ? { namespace: "", name: key } : { namespace: key.slice(0, i), name: key.slice(i + 1) }
+}
+
+/**
+ * Starts the workers in the current scope; they stop when the queue shuts down or the scope closes.
+ * Returns live counters (cheap to read; the metrics layer mirrors them into Prometheus).
+ */
+export const runController = Effect.fnUntraced(function* (options: ControllerOptions) {
+  const { queue, cluster, name } = options
+  const workers = Math.max(1, options.workers ?? 4)
+  const stats = options.stats ?? makeControllerStats()
+
+  const reconcileOne = (key: string) => {
+    const { namespace, name: objName } = splitKey(key)
+    const req: ReconcileRequest = { cluster, namespace, name: objName, reconcileId: newReconcileId() }
+    const started = performance.now()
+    return options.reconcile(req).pipe(
+      Effect.withSpan(`reconcile ${name}`, {
+        root: true,
+        attributes: {
+          "k8s.cluster.name": cluster,
+          "k8s.namespace.name": namespace,
+          "fleetcheck.check.name": objName,
+          "fleetcheck.reconcile.id": req.reconcileId,
+          "fleetcheck.controller": name,
+        },
+      }),
+      Effect.annotateLogs({
+        cluster,
+        namespace,
+        name: objName,
+        reconcileId: req.reconcileId,
+        controller: name,
+      }),
+      Effect.exit,
+      Effect.flatMap((exit) => {
+        stats.reconciles++
+        const seconds = (performance.now() - started) / 1000
+        const report = (outcome: ReconcileOutcome) => options.hooks?.onReconcile?.(cluster, outcome, seconds)
+        if (Exit.isSuccess(exit)) {
+          const after = exit.value.requeueAfterMs
+          if (after !== undefined && after > 0) {
+            report("requeue_after")
+            return Effect.andThen(queue.forget(key), queue.addAfter(key, after))
+          }
+          report("success")
+          return queue.forget(key)
+        }
+        const cause = exit.cause
+        if (Cause.hasInterruptsOnly(cause)) return Effect.void
+        const failure = Cause.findErrorOption(cause)
+        const fields = { cluster, namespace, name: objName, reconcileId: req.reconcileId, controller: name }
+        if (failure._tag === "Some" && failure.value instanceof TerminalError) {
+          stats.terminalErrors++
+          report("terminal_error")
+          return Effect.andThen(
+            queue.forget(key),
+            Effect.logError(
+              "reconcile failed with a terminal error; not retrying",
+              failure.value.message,
+            ).pipe(Effect.annotateLogs(fields)),
+          )
+        }
+        if (failure._tag === "Some" && isConflict(failure.value)) {
+          // Optimistic concurrency doing its job (a stale cache or another writer): retry, quietly.
+          stats.errors++
+          report("error")
+          return Effect.logDebug("conflict writing; requeued").pipe(
+            Effect.annotateLogs(fields),
+            Effect.andThen(queue.addRateLimited(key)),
+          )
+        }
+        const panic = Cause.hasDies(cause)
+        if (panic) stats.panics++
+        stats.errors++
+        report(panic ? "panic" : "error")
+        return Effect.logError(
+          panic ? "reconciler panicked; requeued with backoff" : "reconcile failed; requeued with backoff",
+          Cause.pretty(cause),
+        ).pipe(Effect.annotateLogs(fields), Effect.andThen(queue.addRateLimited(key)))
+      }),
+    )
+  }
+
+  const processOne = (key: string) =>
+    options.globalLimit ? options.globalLimit.withPermits(1)(reconcileOne(key)) : reconcileOne(key)
+
+  const worker = Effect.gen(function* () {
+    while (true) {
+      const item = yield* queue.get
+      if ("shutdown" in item) return
+      options.hooks?.onActiveWorkers?.(cluster, 1)
+      yield* processOne(item.key).pipe(
+        Effect.ensuring(
+          Effect.suspend(() => {
+            options.hooks?.onActiveWorkers?.(cluster, -1)
+            return queue.done(item.key)
+          }),
+        ),
+      )
+    }
+  })
+
+  for (let i = 0; i < workers; i++) yield* Effect.forkScoped(worker)
+  return stats
+}) as (options: ControllerOptions) => Effect.Effect<ControllerStats, never, Scope.Scope>

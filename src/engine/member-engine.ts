@@ -1,0 +1,141 @@
+// One member cluster's engine: its client, its informers (BackupChecks; restore Jobs by label), one
+// workqueue and the BackupCheck controller's workers, all inside the caller's Scope so that closing the
+// scope (disengage, rebuild, lost leadership) stops every fiber and socket of this member at once.
+import type { KubeConfig, V1Job } from "@kubernetes/client-node"
+import { Effect, type Scope, type Semaphore } from "effect"
+import type { BackupCheck } from "../api/backupcheck.ts"
+import { type KubeClient, makeKubeClient } from "../kube/client.ts"
+import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
+import { labelBackupCheck } from "../reconcile/restore-job.ts"
+import {
+  type ControllerHooks,
+  type ControllerStats,
+  makeControllerStats,
+  runController,
+} from "./controller.ts"
+import { type Informer, makeInformer } from "./informer/informer.ts"
+import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "./workqueue/workqueue.ts"
+
+export interface MemberEngineOptions {
+  readonly cluster: string
+  readonly kubeConfig: KubeConfig
+  /** Worker fibers for this member (default 4). */
+  readonly workers?: number
+  /** Hub-wide cap on concurrent reconciles, shared by every member. */
+  readonly globalLimit?: Semaphore.Semaphore
+  /** Backstop poll while a restore Job runs (default 30 s). */
+  readonly runningPollMs?: number
+  /** Periodic resync of the informers (default 10 min). */
+  readonly resyncMs?: number
+  /** How long in-flight reconciles may finish when the engine stops (default 30 s). */
+  readonly drainGraceMs?: number
+  readonly controllerHooks?: ControllerHooks
+  readonly queueHooks?: WorkQueueMetricsHooks
+}
+
+export interface MemberEngine {
+  readonly cluster: string
+  readonly client: KubeClient
+  readonly checks: Informer<BackupCheck>
+  readonly jobs: Informer<V1Job>
+  readonly queue: WorkQueue
+  readonly stats: ControllerStats
+  readonly hasSynced: () => boolean
+  /** Resolves when both caches have listed once; callers bound it with their own timeout. */
+  readonly awaitSynced: Effect.Effect<void>
+}
+
+const checkKey = (obj: { metadata?: { namespace?: string; name?: string } }) =>
+  `${obj.metadata?.namespace ?? ""}/${obj.metadata?.name ?? ""}`
+
+/** The BackupCheck that controls this Job, as a queue key (Owns(Job) in controller-runtime terms). */
+const ownerKey = (job: V1Job): string | undefined => {
+  const owner = job.metadata?.ownerReferences?.find((r) => r.controller && r.kind === "BackupCheck")
+  return owner ? `${job.metadata?.namespace ?? ""}/${owner.name}` : undefined
+}
+
+export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
+  const { cluster } = options
+  const client = yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig })
+  const queue = yield* makeWorkQueue({
+    name: cluster,
+    ...(options.queueHooks ? { metrics: options.queueHooks } : {}),
+  })
+  const checks = yield* makeInformer<BackupCheck>({
+    client,
+    name: "backupchecks",
+    resource: { group: "fleetcheck.io", version: "v1alpha1", plural: "backupchecks" },
+    ...(options.resyncMs !== undefined ? { resyncMs: options.resyncMs } : {}),
+  })
+  const jobs = yield* makeInformer<V1Job>({
+    client,
+    name: "jobs",
+    resource: { group: "batch", version: "v1", plural: "jobs" },
+    labelSelector: labelBackupCheck,
+    indexers: {
+      [ownerUidIndex]: (job: V1Job) =>
+        (job.metadata?.ownerReferences ?? []).filter((r) => r.controller).map((r) => r.uid),
+    },
+    ...(options.resyncMs !== undefined ? { resyncMs: options.resyncMs } : {}),
+  })
+
+  // Handlers only enqueue keys: the reconciler reads everything else from the caches.
+  const enqueue = (key: string | undefined) => {
+    if (key) queue.addUnsafe(key)
+  }
+  checks.addHandler({
+    onAdd: (o) => enqueue(checkKey(o)),
+    onUpdate: (_, o) => enqueue(checkKey(o)),
+    onDelete: (o) => enqueue(checkKey(o)),
+  })
+  jobs.addHandler({
+    onAdd: (j) => enqueue(ownerKey(j)),
+    onUpdate: (_, j) => enqueue(ownerKey(j)),
+    onDelete: (j) => enqueue(ownerKey(j)),
+  })
+
+  const reconcile = makeBackupCheckReconciler({
+    cluster,
+    client,
+    checks: checks.store,
+    jobs: jobs.store,
+    ...(options.runningPollMs !== undefined ? { runningPollMs: options.runningPollMs } : {}),
+  })
+  // Workers start only once both caches are synced: reconciling from a half-filled cache would
+  // create Jobs that already exist and report checks as missing.
+  const awaitSynced = Effect.all([checks.awaitSynced, jobs.awaitSynced], { discard: true })
+  const stats = makeControllerStats()
+  yield* Effect.gen(function* () {
+    yield* awaitSynced
+    yield* runController({
+      stats,
+      name: "backupcheck",
+      cluster,
+      queue,
+      reconcile,
+      workers: options.workers ?? 4,
+      ...(options.globalLimit ? { globalLimit: options.globalLimit } : {}),
+      ...(options.controllerHooks ? { hooks: options.controllerHooks } : {}),
+    })
+  }).pipe(Effect.forkScoped)
+  // Finalizers run last-registered first: drain in-flight reconciles (bounded), then the workers and
+  // informers are interrupted as the scope closes.
+  yield* Effect.addFinalizer(() =>
+    queue.shutDownWithDrain.pipe(
+      Effect.timeout(options.drainGraceMs ?? 30_000),
+      Effect.catch(() => Effect.logWarning("in-flight reconciles did not finish within the drain grace")),
+    ),
+  )
+
+  const engine: MemberEngine = {
+    cluster,
+    client,
+    checks,
+    jobs,
+    queue,
+    stats,
+    hasSynced: () => checks.hasSynced() && jobs.hasSynced(),
+    awaitSynced,
+  }
+  return engine
+}) as (options: MemberEngineOptions) => Effect.Effect<MemberEngine, never, Scope.Scope>

@@ -1,0 +1,34 @@
+// Runs a real member engine from a test: its own Scope, closed by stop(); logs at Warn and above
+// unless FLEETCHECK_TEST_LOG=debug, so failures stay readable.
+import { KubeConfig } from "@kubernetes/client-node"
+import { Effect, Exit, References, Scope } from "effect"
+import type { LocalCluster } from "../../clusters/local-fleet/index.ts"
+import {
+  type MemberEngine,
+  type MemberEngineOptions,
+  startMemberEngine,
+} from "../../src/engine/member-engine.ts"
+
+export interface RunningEngine {
+  readonly engine: MemberEngine
+  readonly stop: () => Promise<void>
+}
+
+export const logLevel = process.env.FLEETCHECK_TEST_LOG === "debug" ? "Debug" : "Warn"
+
+export const startEngine = async (
+  cluster: LocalCluster,
+  options: Partial<Omit<MemberEngineOptions, "kubeConfig">> = {},
+): Promise<RunningEngine> => {
+  const kubeConfig = new KubeConfig()
+  kubeConfig.loadFromString(cluster.kubeconfig)
+  const scope = await Effect.runPromise(Scope.make())
+  const engine = await Effect.runPromise(
+    startMemberEngine({ cluster: cluster.name, kubeConfig, ...options }).pipe(
+      Scope.provide(scope),
+      Effect.provideService(References.MinimumLogLevel, logLevel),
+    ),
+  )
+  await Effect.runPromise(engine.awaitSynced.pipe(Effect.timeout("30 seconds")))
+  return { engine, stop: () => Effect.runPromise(Scope.close(scope, Exit.void)) }
+}

@@ -1,0 +1,211 @@
+import type { V1Job, V1Pod } from "@kubernetes/client-node"
+import { describe, expect, it } from "vitest"
+import { boundMessage, jobOutcome } from "../../src/reconcile/job-outcome.ts"
+import { labelValueFor, renderRestoreJob, traceparentFor } from "../../src/reconcile/restore-job.ts"
+
+const check = {
+  apiVersion: "fleetcheck.io/v1alpha1",
+  kind: "BackupCheck",
+  metadata: { name: "orders", namespace: "shop", uid: "0b3c-uid" },
+  spec: {
+    backup: { name: "orders-2026-11-29", source: "s3://b/o", checksum: "sha256:aa" },
+    jobTemplate: {
+      metadata: { labels: { team: "shop" } },
+      spec: {
+        backoffLimit: 2,
+        template: {
+          spec: {
+            containers: [
+              {
+                name: "restore",
+                image: "r:1",
+                env: [
+                  { name: "TRACEPARENT", value: "forged" },
+                  { name: "KEEP", value: "1" },
+                ],
+              },
+            ],
+            initContainers: [{ name: "fetch", image: "f:1" }],
+          },
+        },
+      },
+    },
+  },
+}
+
+describe("renderRestoreJob", () => {
+  const { traceparent, traceID } = traceparentFor("0b3c-uid", "g1")
+  const job = renderRestoreJob({
+    cluster: "eu-1",
+    check,
+    jobName: "orders-g1",
+    runID: "g1",
+    timeoutSeconds: 1800,
+    traceparent,
+  })
+
+  it("names, labels and owns the Job", () => {
+    expect(job.metadata?.name).toBe("orders-g1")
+    expect(job.metadata?.labels).toEqual({
+      team: "shop",
+      "fleetcheck.io/backupcheck": "orders",
+      "fleetcheck.io/run": "g1",
+    })
+    expect(job.metadata?.ownerReferences).toEqual([
+      {
+        apiVersion: "fleetcheck.io/v1alpha1",
+        kind: "BackupCheck",
+        name: "orders",
+        uid: "0b3c-uid",
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ])
+    expect(job.spec?.template.metadata?.labels?.["fleetcheck.io/run"]).toBe("g1")
+  })
+
+  it("sets the deadline, keeps the template's backoffLimit and defaults restartPolicy", () => {
+    expect(job.spec?.activeDeadlineSeconds).toBe(1800)
+    expect(job.spec?.backoffLimit).toBe(2)
+    expect(job.spec?.template.spec?.restartPolicy).toBe("Never")
+  })
+
+  it("injects the contract env into every container, overriding forged values", () => {
+    for (const c of [
+      ...(job.spec?.template.spec?.containers ?? []),
+      ...(job.spec?.template.spec?.initContainers ?? []),
+    ]) {
+      const env = Object.fromEntries((c.env ?? []).map((e) => [e.name, e.value]))
+      expect(env).toMatchObject({
+        FLEETCHECK_BACKUP_NAME: "orders-2026-11-29",
+        FLEETCHECK_BACKUP_SOURCE: "s3://b/o",
+        FLEETCHECK_EXPECTED_CHECKSUM: "sha256:aa",
+        FLEETCHECK_CLUSTER: "eu-1",
+        FLEETCHECK_RUN_ID: "g1",
+        TRACEPARENT: traceparent,
+      })
+      expect((c.env ?? []).filter((e) => e.name === "TRACEPARENT")).toHaveLength(1)
+    }
+    expect(traceparent).toBe(`00-${traceID}-${traceparent.split("-")[2]}-01`)
+  })
+
+  it("does not mutate the check's template", () => {
+    expect(check.spec.jobTemplate.spec.template.spec.containers[0]?.env).toHaveLength(2)
+  })
+
+  it("is deterministic, and trace ids differ per run", () => {
+    expect(traceparentFor("0b3c-uid", "g1")).toEqual(traceparentFor("0b3c-uid", "g1"))
+    expect(traceparentFor("0b3c-uid", "g2").traceID).not.toBe(traceID)
+  })
+
+  it("shortens long label values with a stable hash", () => {
+    const long = "a".repeat(200)
+    expect(labelValueFor(long).length).toBeLessThanOrEqual(63)
+    expect(labelValueFor(long)).toBe(labelValueFor(long))
+    expect(labelValueFor(long)).not.toBe(labelValueFor(`${"a".repeat(199)}b`))
+    expect(labelValueFor("short")).toBe("short")
+  })
+})
+
+const finishedJob = (type: "Complete" | "Failed", reason?: string): V1Job => ({
+  status: {
+    completionTime: new Date("2026-11-29T03:00:41Z"),
+    conditions: [{ type, status: "True", reason, lastTransitionTime: new Date("2026-11-29T03:00:41Z") }],
+  },
+})
+const podWith = (exitCode: number, extra: { reason?: string; message?: string } = {}): V1Pod => ({
+  status: {
+    containerStatuses: [
+      {
+        name: "restore",
+        image: "r",
+        imageID: "",
+        ready: false,
+        restartCount: 0,
+        state: { terminated: { exitCode, ...extra } },
+      },
+    ],
+  },
+})
+const ctx = { backupName: "orders-2026-11-29", startedAt: "2026-11-29T03:00:00Z" }
+
+describe("jobOutcome", () => {
+  it("is Running until the Job has a final condition", () => {
+    expect(jobOutcome({ status: { active: 1 } }, [], ctx)).toEqual({ phase: "Running" })
+  })
+
+  it("reports success with the termination message, or a default with the duration", () => {
+    expect(jobOutcome(finishedJob("Complete"), [podWith(0, { message: "42 tables ok" })], ctx)).toMatchObject(
+      {
+        phase: "Succeeded",
+        reason: "RestoreSucceeded",
+        message: "42 tables ok",
+      },
+    )
+    expect(jobOutcome(finishedJob("Complete"), [], ctx)).toMatchObject({
+      message: "orders-2026-11-29 restored and verified in 41s",
+    })
+  })
+
+  it.each([
+    [finishedJob("Failed", "DeadlineExceeded"), [], "RestoreTimedOut"],
+    [
+      finishedJob("Failed", "BackoffLimitExceeded"),
+      [podWith(3, { message: "want aa got bb" })],
+      "ChecksumMismatch",
+    ],
+    [
+      finishedJob("Failed", "BackoffLimitExceeded"),
+      [podWith(137, { reason: "OOMKilled" })],
+      "RestoreOOMKilled",
+    ],
+    [finishedJob("Failed", "BackoffLimitExceeded"), [podWith(1, { message: "boom" })], "RestoreFailed"],
+    [finishedJob("Failed", "BackoffLimitExceeded"), [], "RestoreFailed"],
+  ] as const)("maps failures to stable reasons (%#)", (job, pods, reason) => {
+    expect(jobOutcome(job, [...pods], ctx)).toMatchObject({ phase: "Failed", reason })
+  })
+
+  it("prefers a failed container's message over a sibling that succeeded", () => {
+    const pods = [podWith(0, { message: "sidecar fine" }), podWith(1, { message: "restore broke" })]
+    expect(jobOutcome(finishedJob("Failed", "BackoffLimitExceeded"), pods, ctx)).toMatchObject({
+      message: expect.stringContaining("restore broke"),
+    })
+  })
+
+  it("names an image pull problem when a run times out", () => {
+    const pod: V1Pod = {
+      status: {
+        containerStatuses: [
+          {
+            name: "r",
+            image: "nope:1",
+            imageID: "",
+            ready: false,
+            restartCount: 0,
+            state: { waiting: { reason: "ImagePullBackOff", message: "pull nope:1" } },
+          },
+        ],
+      },
+    }
+    expect(
+      jobOutcome(finishedJob("Failed", "DeadlineExceeded"), [pod], ctx).phase === "Failed" &&
+        jobOutcome(finishedJob("Failed", "DeadlineExceeded"), [pod], ctx),
+    ).toMatchObject({
+      message: expect.stringContaining("ImagePullBackOff"),
+    })
+  })
+})
+
+describe("boundMessage", () => {
+  it("keeps short messages and strips control characters", () => {
+    expect(boundMessage("ok\u0000\u001b[31m done")).toBe("ok[31m done")
+  })
+  it("bounds huge and multi-byte messages to 1 KiB on a character boundary", () => {
+    for (const m of ["x".repeat(100_000), "é".repeat(5_000), "🙂".repeat(3_000)]) {
+      const b = boundMessage(m)
+      expect(Buffer.byteLength(b)).toBeLessThanOrEqual(1024)
+      expect(b.endsWith("...")).toBe(true)
+      expect(b).not.toContain("\uFFFD")
+    }
+  })
+})
