@@ -65,7 +65,7 @@ export interface KubeRequest {
 
 export interface WatchEvent {
   readonly type: "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR"
-  // biome-ignore lint/suspicious/noExplicitAny: the object's kind depends on the watched resource
+  /** The object (for ERROR, a Status); its kind depends on the watched resource. */
   readonly object: any
 }
 

@@ -14,6 +14,7 @@ import {
   isConflict,
   isGone,
   isNotFound,
+  isWatchInactive,
   KubeApiError,
   type KubeClient,
   KubeTransportError,
@@ -402,12 +403,16 @@ describe("kube client and informer against a real apiserver", () => {
     const namespace = await ns("inf-resync")
     await createCm(namespace, "r1")
     await createCm(namespace, "r2")
-    const h = await startInformer(c.kubeconfig, { namespace, resyncMs: 300 })
+    // A short inactivity timeout too: this quiet watch then gets re-watched, which is no failure.
+    const h = await startInformer(c.kubeconfig, { namespace, resyncMs: 300, watchInactivityTimeoutMs: 400 })
     try {
       await h.run(h.informer.awaitSynced.pipe(Effect.timeout("30 seconds")))
       const calls = recorder(h.informer)
       expect(calls.sort()).toEqual([expect.stringMatching(/^add:r1@/), expect.stringMatching(/^add:r2@/)])
       await waitUntil("two resyncs", 5_000, () => calls.filter((x) => x.startsWith("update:")).length >= 4)
+      await waitUntil("quiet re-watches", 5_000, () => h.informer.watchRestarts >= 2)
+      expect(h.informer.errors).toBe(0)
+      expect(h.informer.store.size).toBe(2)
       for (const u of calls.filter((x) => x.startsWith("update:"))) {
         const [, versions] = u.split("@")
         const [from, to] = versions!.split("->")
@@ -525,10 +530,18 @@ describe("kube client and informer against a real apiserver", () => {
 
   it("closing the scope stops the informer and frees its sockets", async () => {
     const namespace = await ns("inf-close")
+    // Sockets in use (idle keep-alive sockets are unref'd and not listed).
+    const tls = () => process.getActiveResourcesInfo().filter((r) => r === "TCPSocketWrap").length
+    await sleep(200)
+    const before = tls()
     const h = await startInformer(c.kubeconfig, { namespace })
     await h.run(h.informer.awaitSynced.pipe(Effect.timeout("30 seconds")))
+    await sleep(300)
+    expect(tls()).toBe(before + 1) // the watch
+
     const calls = recorder(h.informer)
     await h.close()
+    await waitUntil("sockets to close", 5_000, () => tls() === before)
     await createCm(namespace, "after-close")
     await sleep(500)
     expect(calls.filter((x) => x.includes("after-close"))).toEqual([])
@@ -588,6 +601,7 @@ const withClient = async <A>(
   kubeconfig: string,
   f: (client: KubeClient) => Promise<A>,
   watchInactivityMs?: number,
+  requestTimeoutMs?: number,
 ) => {
   const scope = Effect.runSync(Scope.make())
   try {
@@ -596,6 +610,7 @@ const withClient = async <A>(
         cluster: "fake",
         kubeConfig: kubeConfigOf(kubeconfig),
         ...(watchInactivityMs ? { watchInactivityTimeoutMs: watchInactivityMs } : {}),
+        ...(requestTimeoutMs ? { requestTimeoutMs } : {}),
       }).pipe(Scope.provide(scope)),
     )
     return await f(client)
@@ -685,7 +700,28 @@ describe("kube client watch against a scripted server", () => {
       const err = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
       expect(err).toBeInstanceOf(KubeTransportError)
       expect((err as KubeTransportError).message).toContain("inactive")
+      expect(isWatchInactive(err)).toBe(true)
       await waitUntil("the request socket to close", 2_000, () => srv.closed.length === 1)
+    } finally {
+      await srv.stop()
+    }
+  })
+
+  it("fails a watch whose response headers never come with a Timeout (a hung server)", async () => {
+    const srv = await scripted(() => {
+      // accept, never answer
+    })
+    try {
+      const exit = await withClient(
+        srv.kubeconfig,
+        (client) => collect(client.watch("/api/v1/configmaps", {})),
+        60_000,
+        300,
+      )
+      const err = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
+      expect(err).toBeInstanceOf(KubeTransportError)
+      expect(err).toMatchObject({ code: "Timeout", method: "GET", path: "/api/v1/configmaps" })
+      expect(isWatchInactive(err)).toBe(false)
     } finally {
       await srv.stop()
     }
@@ -957,6 +993,33 @@ describe("informer against a scripted server", () => {
       expect(at[3]! - at[2]!).toBeGreaterThanOrEqual(390)
       expect(at[4]! - brokeAt).toBeLessThan(380)
       expect(h.informer.errors).toBe(4)
+    } finally {
+      await h.close()
+      await srv.stop()
+    }
+  })
+
+  it("re-watches a silent watch at once, without counting it as a failure", async () => {
+    const from: Array<string | null> = []
+    const srv = await scripted((_req, res, url) => {
+      if (url.searchParams.get("watch") !== "true") {
+        res.writeHead(200)
+        return res.end(JSON.stringify({ metadata: { resourceVersion: "5" }, items: [] }))
+      }
+      from.push(url.searchParams.get("resourceVersion"))
+      res.writeHead(200)
+      res.flushHeaders()
+      if (from.length === 3) res.write(line("ADDED", cm("x", "6")))
+      // otherwise: silence, as from an apiserver that has no bookmark to send
+    })
+    const h = await startInformer(srv.kubeconfig, { watchInactivityTimeoutMs: 250 })
+    try {
+      await waitUntil("x", 10_000, () => h.informer.store.has("ns/x"))
+      expect(from).toEqual(["5", "5", "5"])
+      expect(h.informer.errors).toBe(0)
+      expect(h.informer.relists).toBe(0)
+      expect(h.informer.watchRestarts).toBe(2)
+      expect(h.logs.filter((l) => l.level === "Warn")).toEqual([])
     } finally {
       await h.close()
       await srv.stop()

@@ -1,0 +1,873 @@
+// The checks the hub applies to every registration Secret before it engages a member (SPEC §5
+// "Registration", §7). Pure: no file reads, no processes, no clock (now is passed in), so every rule is
+// unit-tested. A refused Secret gets a stable reason for its MemberCluster condition and a message that
+// names the Secret and fields, never values: tokens, keys and passwords must not reach status or logs.
+import { createHash, createPrivateKey, type KeyObject, X509Certificate } from "node:crypto"
+import { isAbsolute } from "node:path"
+import { type Cluster, type Context, KubeConfig, type User } from "@kubernetes/client-node"
+import { type DocumentOptions, type ParseOptions, parseAllDocuments, type SchemaOptions } from "yaml"
+import * as z from "zod"
+
+/** The Secret data key that holds the kubeconfig (SPEC §2). */
+export const kubeconfigDataKey = "kubeconfig"
+/** Picks the context when the kubeconfig has several (SPEC: "several contexts need an explicit choice"). */
+export const contextAnnotation = "fleetcheck.io/context"
+/** Scopes the member to these namespaces (SPEC §2). */
+export const namespacesAnnotation = "fleetcheck.io/namespaces"
+/** A Secret holds at most 1 MiB in total, so a larger kubeconfig is garbage or an attack. */
+export const maxKubeconfigBytes = 1024 * 1024
+/** Anchors and aliases are legal YAML; a handful is plenty for a kubeconfig, and the bound stops bombs. */
+export const maxYamlAliasCount = 50
+/** Each namespace costs the member engine its own watches; beyond this a cluster-wide identity fits. */
+export const maxNamespaces = 100
+export const defaultExpiryWindowMs = 7 * 24 * 60 * 60 * 1000
+
+export interface KubeconfigPolicy {
+  /** Run `exec` credential plugins, and auth-provider commands (`cmd-path`, `exec`). Default false. */
+  readonly allowExec: boolean
+  /** Use `auth-provider` users (oidc, gcp, azure, tokenFile). Default false. */
+  readonly allowAuthProvider: boolean
+  /** Read files on the hub named by the kubeconfig (CA, client cert and key, token files). Default false. */
+  readonly allowFilePaths: boolean
+  /** Accept `insecure-skip-tls-verify: true` and plain-http servers. Default false. */
+  readonly allowInsecureSkipTlsVerify: boolean
+}
+
+export const defaultPolicy: KubeconfigPolicy = {
+  allowExec: false,
+  allowAuthProvider: false,
+  allowFilePaths: false,
+  allowInsecureSkipTlsVerify: false,
+}
+
+/** Every reason a Secret is refused; all match metav1.Condition's reason pattern. */
+export const kubeconfigRefusalReasons = {
+  KubeconfigMissing: "KubeconfigMissing",
+  KubeconfigInvalid: "KubeconfigInvalid",
+  /** Valid kubeconfig, but a feature the hub's client cannot honour (proxy-url, group impersonation, ...). */
+  KubeconfigUnsupported: "KubeconfigUnsupported",
+  ExecPluginRefused: "ExecPluginRefused",
+  AuthProviderRefused: "AuthProviderRefused",
+  FilePathRefused: "FilePathRefused",
+  InsecureSkipTLSVerifyRefused: "InsecureSkipTLSVerifyRefused",
+  ContextAmbiguous: "ContextAmbiguous",
+  ContextNotFound: "ContextNotFound",
+  ClusterNotFound: "ClusterNotFound",
+  UserNotFound: "UserNotFound",
+  CredentialsMissing: "CredentialsMissing",
+  CredentialsExpired: "CredentialsExpired",
+  NamespacesInvalid: "NamespacesInvalid",
+} as const
+export type KubeconfigRefusalReason = (typeof kubeconfigRefusalReasons)[keyof typeof kubeconfigRefusalReasons]
+
+export interface KubeconfigAccepted {
+  readonly ok: true
+  /** Holds only the chosen cluster, user and context, with the current context set. */
+  readonly kubeConfig: KubeConfig
+  /**
+   * sha256 hex over a canonical JSON of what the engine is built from: the chosen cluster, user and
+   * context (known fields only) and the namespace scope. Comments, formatting, key order, unused
+   * contexts, unknown fields, labels and other data keys do not change it; equal hash, no rebuild.
+   */
+  readonly hash: string
+  /** The chosen cluster's server URL, without a trailing slash (as client-node stores it). */
+  readonly server: string
+  readonly contextName: string
+  readonly clusterName: string
+  readonly userName: string
+  /** Earliest of the bearer token's JWT `exp` and the client certificate's notAfter, when known. */
+  readonly credentialExpiry?: Date | undefined
+  /** From the namespaces annotation, deduplicated, in the order given; undefined means cluster-wide. */
+  readonly namespaces?: string[] | undefined
+}
+
+export interface KubeconfigRefused {
+  readonly ok: false
+  readonly reason: KubeconfigRefusalReason
+  /** Names the Secret and the offending fields; never contains credential values. */
+  readonly message: string
+}
+
+export type KubeconfigCheck = KubeconfigAccepted | KubeconfigRefused
+
+export interface KubeconfigCheckInput {
+  readonly secretName: string
+  /** Secret.data: base64 values. */
+  readonly data: Readonly<Record<string, string>> | undefined
+  readonly annotations?: Readonly<Record<string, string>> | undefined
+  readonly policy: KubeconfigPolicy
+  readonly now: Date
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Shape (kubeconfig v1). Unknown fields are stripped (tolerated, never used). Credential plugins are
+// `unknown` here so that a refused plugin is reported as refused, not as malformed.
+
+/** Go treats null and "" as unset; so do we. */
+const optString = z.string().nullish()
+const optBool = z.boolean().nullish()
+
+const ClusterFieldsSchema = z.object({
+  server: z.string().min(1),
+  "certificate-authority-data": optString,
+  "certificate-authority": optString,
+  "insecure-skip-tls-verify": optBool,
+  "tls-server-name": optString,
+  "proxy-url": optString,
+})
+
+const UserFieldsSchema = z.object({
+  token: optString,
+  tokenFile: optString,
+  "token-file": optString,
+  "client-certificate-data": optString,
+  "client-certificate": optString,
+  "client-key-data": optString,
+  "client-key": optString,
+  username: optString,
+  password: optString,
+  as: optString,
+  "as-uid": optString,
+  "as-groups": z.array(z.string()).nullish(),
+  "as-user-extra": z.record(z.string(), z.array(z.string())).nullish(),
+  exec: z.unknown().optional(),
+  "auth-provider": z.unknown().optional(),
+})
+
+const ContextFieldsSchema = z.object({
+  cluster: z.string().min(1),
+  user: optString,
+  namespace: optString,
+})
+
+const KubeconfigSchema = z.object({
+  apiVersion: z.literal("v1").nullish(),
+  kind: z.literal("Config").nullish(),
+  clusters: z.array(z.object({ name: z.string().min(1), cluster: ClusterFieldsSchema })).nullish(),
+  users: z.array(z.object({ name: z.string().min(1), user: UserFieldsSchema.nullish() })).nullish(),
+  contexts: z.array(z.object({ name: z.string().min(1), context: ContextFieldsSchema })).nullish(),
+})
+
+const ExecSchema = z.object({
+  command: z.string().min(1),
+  args: z.array(z.string()).nullish(),
+  env: z.array(z.object({ name: z.string().min(1), value: z.string() })).nullish(),
+  apiVersion: optString,
+})
+
+const AuthProviderSchema = z.object({
+  name: z.string().min(1),
+  config: z.record(z.string(), z.unknown()).nullish(),
+})
+
+type ClusterFields = z.output<typeof ClusterFieldsSchema>
+type UserFields = z.output<typeof UserFieldsSchema>
+
+// ---------------------------------------------------------------------------------------------------
+// Small helpers
+
+// Thrown only inside checkKubeconfig and caught there, so each rule can be one early exit.
+class Refusal {
+  readonly result: KubeconfigRefused
+  constructor(reason: KubeconfigRefusalReason, message: string) {
+    this.result = { ok: false, reason, message }
+  }
+}
+
+/** Names come from the Secret: quote them, escape control characters and keep messages short. */
+const q = (name: string): string => JSON.stringify(name.length > 63 ? `${name.slice(0, 60)}...` : name)
+
+const orUndefined = (v: string | null | undefined): string | undefined =>
+  v === null || v === "" ? undefined : v
+
+/** Strict base64: only the canonical encoding round-trips (no whitespace, junk or missing padding). */
+const decodeBase64 = (value: string): Buffer | undefined => {
+  const buf = Buffer.from(value, "base64")
+  return buf.toString("base64") === value ? buf : undefined
+}
+
+const yamlOptions: ParseOptions & DocumentOptions & SchemaOptions = {
+  version: "1.2",
+  schema: "core",
+  customTags: [],
+  // Otherwise !!binary, !!set, !!timestamp ... resolve even in the core schema.
+  resolveKnownTags: false,
+  merge: false,
+  uniqueKeys: true,
+  strict: true,
+  prettyErrors: true,
+  // Never print: the yaml package's warnings may quote the document.
+  logLevel: "silent",
+}
+
+const stableJson = (value: unknown): string =>
+  JSON.stringify(value, (_key, v: unknown) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>)
+            .filter(([, x]) => x !== undefined)
+            .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+        )
+      : v,
+  )
+
+const dns1123Label = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
+
+/** Parses `fleetcheck.io/namespaces: a,b`: DNS-1123 labels, comma-separated, blanks around commas ignored. */
+export const parseNamespaces = (
+  value: string,
+):
+  | { readonly ok: true; readonly namespaces: string[] }
+  | { readonly ok: false; readonly message: string } => {
+  if (value.trim() === "") {
+    // Empty must not silently mean "all namespaces": that would widen the scope the annotation narrows.
+    return { ok: false, message: "is empty; remove it to watch all namespaces, or list namespaces: a,b" }
+  }
+  const items = value.split(",").map((s) => s.trim())
+  if (items.some((s) => s === "")) return { ok: false, message: "has an empty entry (write a,b)" }
+  const bad = items.filter((s) => s.length > 63 || !dns1123Label.test(s))
+  if (bad.length > 0) {
+    const shown = bad.slice(0, 5).map(q).join(", ")
+    return {
+      ok: false,
+      message: `has names that are not DNS-1123 labels (lowercase, digits, '-', at most 63): ${shown}`,
+    }
+  }
+  const namespaces = [...new Set(items)]
+  if (namespaces.length > maxNamespaces) {
+    return {
+      ok: false,
+      message: `lists ${namespaces.length} namespaces; at most ${maxNamespaces} are supported`,
+    }
+  }
+  return { ok: true, namespaces }
+}
+
+/** The JWT `exp` claim of a bearer token, if it is a JWT with one (signature not checked: only the date). */
+export const jwtExpiry = (token: string): Date | undefined => {
+  const parts = token.split(".")
+  if (parts.length !== 3 || parts[1] === undefined) return undefined
+  try {
+    const payload: unknown = JSON.parse(Buffer.from(parts[1], "base64url").toString("utf8"))
+    if (payload === null || typeof payload !== "object") return undefined
+    const exp = (payload as { exp?: unknown }).exp
+    if (typeof exp !== "number" || !Number.isFinite(exp)) return undefined
+    const date = new Date(exp * 1000)
+    return Number.isNaN(date.getTime()) ? undefined : date
+  } catch {
+    return undefined
+  }
+}
+
+/** True when the credential expires within the window (or already has); false when no expiry is known. */
+export const credentialsExpiringSoon = (
+  expiry: Date | undefined,
+  now: Date,
+  windowMs: number = defaultExpiryWindowMs,
+): boolean => expiry !== undefined && expiry.getTime() - now.getTime() <= windowMs
+
+const earliest = (...dates: Array<Date | undefined>): Date | undefined =>
+  dates.reduce<Date | undefined>(
+    (a, d) => (d === undefined ? a : a === undefined || d < a ? d : a),
+    undefined,
+  )
+
+type ZodIssue = z.ZodError["issues"][number]
+
+const issuePath = (path: ReadonlyArray<PropertyKey>): string => {
+  const text = path.reduce<string>(
+    (acc, p) => (typeof p === "number" ? `${acc}[${p}]` : acc === "" ? String(p) : `${acc}.${String(p)}`),
+    "",
+  )
+  return text === "" ? "the document" : text.length > 120 ? `${text.slice(0, 117)}...` : text
+}
+
+// Zod's own messages are fine today, but ours are built from the path and the issue kind only, so no
+// future message format can echo an input value.
+const issueText = (issue: ZodIssue): string => {
+  switch (issue.code) {
+    case "invalid_type":
+      return issue.path.length === 0 && issue.expected === "object"
+        ? "the document must be a kubeconfig mapping (apiVersion: v1, kind: Config)"
+        : `${issuePath(issue.path)}: expected ${issue.expected}`
+    case "too_small":
+      return `${issuePath(issue.path)}: must not be empty`
+    case "invalid_value":
+      return `${issuePath(issue.path)}: must be ${issue.values.map((v) => JSON.stringify(v)).join(" or ")}`
+    default:
+      return `${issuePath(issue.path)}: is invalid`
+  }
+}
+
+const duplicateName = (items: ReadonlyArray<{ readonly name: string }>): string | undefined => {
+  const seen = new Set<string>()
+  for (const { name } of items) {
+    if (seen.has(name)) return name
+    seen.add(name)
+  }
+  return undefined
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The check
+
+export const checkKubeconfig = (input: KubeconfigCheckInput): KubeconfigCheck => {
+  try {
+    return check(input)
+  } catch (e) {
+    if (e instanceof Refusal) return e.result
+    // A defect or a library throwing on odd input: refuse without echoing the error (it may quote data).
+    return {
+      ok: false,
+      reason: kubeconfigRefusalReasons.KubeconfigInvalid,
+      message: `Secret ${q(input.secretName)}: the kubeconfig could not be checked`,
+    }
+  }
+}
+
+type Refuse = (reason: KubeconfigRefusalReason, message: string) => never
+
+const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
+  const { policy, now } = input
+  const secret = `Secret ${q(input.secretName)}`
+  const R = kubeconfigRefusalReasons
+  // Typed as Refuse so that TypeScript narrows after each call.
+  const refuse: Refuse = (reason, message) => {
+    throw new Refusal(reason, `${secret}: ${message}`)
+  }
+
+  // 1. Namespaces annotation: independent of the kubeconfig, and cheap.
+  let namespaces: string[] | undefined
+  const nsValue = input.annotations?.[namespacesAnnotation]
+  if (nsValue !== undefined) {
+    const parsed = parseNamespaces(nsValue)
+    if (!parsed.ok) refuse(R.NamespacesInvalid, `annotation ${namespacesAnnotation} ${parsed.message}`)
+    else namespaces = parsed.namespaces
+  }
+
+  // 2. The data key: strict base64, bounded, UTF-8.
+  const encoded = input.data?.[kubeconfigDataKey]
+  if (encoded === undefined || encoded === "") {
+    refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is missing or empty`)
+  }
+  if (encoded.length > Math.ceil(maxKubeconfigBytes / 3) * 4) {
+    refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`)
+  }
+  const raw = decodeBase64(encoded)
+  if (raw === undefined) refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not valid base64`)
+  if (raw.length > maxKubeconfigBytes) {
+    refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`)
+  }
+  let text = ""
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(raw)
+  } catch {
+    refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not UTF-8 text`)
+  }
+  if (text.trim() === "") refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is empty`)
+
+  // 3. YAML (JSON is YAML): one document, no custom tags, bounded aliases. yaml's own error messages
+  // quote the source line, which may hold a token: report the error code and position only.
+  const notYaml = `data key ${q(kubeconfigDataKey)} is not valid YAML or JSON`
+  const docList = parseAllDocuments(text, yamlOptions)
+  if (docList.length > 1)
+    refuse(
+      R.KubeconfigInvalid,
+      `data key ${q(kubeconfigDataKey)} holds ${docList.length} YAML documents; exactly one is allowed`,
+    )
+  const doc = docList[0]
+  if (doc === undefined) return refuse(R.KubeconfigInvalid, `${notYaml} (no document)`)
+  const problem = doc.errors[0] ?? doc.warnings[0]
+  if (problem !== undefined) {
+    const at = problem.linePos?.[0]
+    refuse(
+      R.KubeconfigInvalid,
+      `${notYaml} (${problem.code}${at ? ` at line ${at.line}, column ${at.col}` : ""})`,
+    )
+  }
+  let js: unknown
+  try {
+    js = doc.toJS({ maxAliasCount: maxYamlAliasCount })
+  } catch {
+    refuse(
+      R.KubeconfigInvalid,
+      `${notYaml} (more than ${maxYamlAliasCount} alias expansions, or an unresolved alias)`,
+    )
+  }
+
+  // 4. Shape.
+  const shaped = KubeconfigSchema.safeParse(js)
+  if (!shaped.success) {
+    const issues = shaped.error.issues
+    const more = issues.length > 3 ? ` (and ${issues.length - 3} more)` : ""
+    refuse(
+      R.KubeconfigInvalid,
+      `not a valid kubeconfig: ${issues.slice(0, 3).map(issueText).join("; ")}${more}`,
+    )
+  }
+  const kc = shaped.data
+  const clusters = kc.clusters ?? []
+  const users = kc.users ?? []
+  const contexts = kc.contexts ?? []
+  for (const [list, items] of [
+    ["clusters", clusters],
+    ["users", users],
+    ["contexts", contexts],
+  ] as const) {
+    const dup = duplicateName(items)
+    if (dup !== undefined) refuse(R.KubeconfigInvalid, `${list} has more than one entry named ${q(dup)}`)
+  }
+
+  // 5. The context: the annotation's, or the only one. current-context is ignored on purpose: it is
+  // easy to change by accident (kubectl config use-context on the copy), and must not retarget a member.
+  const wanted = input.annotations?.[contextAnnotation]
+  const names = (n: number) =>
+    contexts
+      .slice(0, n)
+      .map((c) => q(c.name))
+      .join(", ") + (contexts.length > n ? ", ..." : "")
+  let ctx: (typeof contexts)[number] | undefined
+  if (wanted !== undefined) {
+    ctx = contexts.find((c) => c.name === wanted)
+    if (ctx === undefined) {
+      refuse(
+        R.ContextNotFound,
+        `annotation ${contextAnnotation} names context ${q(wanted)}, which the kubeconfig does not define` +
+          (contexts.length > 0 ? ` (it has ${names(10)})` : ""),
+      )
+    }
+  } else if (contexts.length > 1) {
+    refuse(
+      R.ContextAmbiguous,
+      `the kubeconfig has ${contexts.length} contexts (${names(10)}); set annotation ${contextAnnotation} ` +
+        "on the Secret to the one the hub should use (current-context is not used)",
+    )
+  } else {
+    ctx = contexts[0]
+  }
+  if (ctx === undefined) return refuse(R.KubeconfigInvalid, "the kubeconfig defines no contexts")
+  const context = ctx
+  const contextName = context.name
+  const clusterName = context.context.cluster
+  const clusterEntry = clusters.find((c) => c.name === clusterName)
+  if (clusterEntry === undefined) {
+    refuse(
+      R.ClusterNotFound,
+      `context ${q(contextName)} references cluster ${q(clusterName)}, which is not defined`,
+    )
+  }
+  const userName = orUndefined(context.context.user)
+  if (userName === undefined) {
+    refuse(
+      R.UserNotFound,
+      `context ${q(contextName)} names no user; the hub needs credentials for the member`,
+    )
+  }
+  const userEntry = users.find((u) => u.name === userName)
+  if (userEntry === undefined) {
+    refuse(R.UserNotFound, `context ${q(contextName)} references user ${q(userName)}, which is not defined`)
+  }
+  // Only the chosen entries are checked further: nothing else from the Secret is ever loaded.
+  const cluster = checkCluster(clusterEntry.cluster, `clusters[${q(clusterName)}].cluster`, policy, refuse)
+  const user = checkUser(userEntry.user ?? {}, `users[${q(userName)}].user`, policy, refuse)
+
+  // 6. Expiry, from what the kubeconfig itself carries (exec and auth-provider tokens are unknown here).
+  const tokenExpiry = user.token !== undefined ? jwtExpiry(user.token) : undefined
+  const credentialExpiry = earliest(tokenExpiry, user.certNotAfter)
+  if (credentialExpiry !== undefined && credentialExpiry.getTime() <= now.getTime()) {
+    const which =
+      credentialExpiry === tokenExpiry ? "the bearer token (JWT exp)" : "the client certificate (notAfter)"
+    refuse(
+      R.CredentialsExpired,
+      `${which} of user ${q(userName)} expired at ${credentialExpiry.toISOString()}`,
+    )
+  }
+
+  // 7. The KubeConfig holds the chosen entries only, built from validated fields (never loadFromString,
+  // which would read token-file paths while parsing).
+  const kubeContext: Context = {
+    name: contextName,
+    cluster: clusterName,
+    user: userName,
+    ...(orUndefined(context.context.namespace) !== undefined
+      ? { namespace: context.context.namespace! }
+      : {}),
+  }
+  const kubeConfig = new KubeConfig()
+  kubeConfig.loadFromOptions({
+    clusters: [{ name: clusterName, ...cluster.kube }],
+    users: [{ name: userName, ...user.kube }],
+    contexts: [kubeContext],
+    currentContext: contextName,
+  })
+
+  const canonical = {
+    apiVersion: "v1",
+    kind: "Config",
+    "current-context": contextName,
+    clusters: [{ name: clusterName, cluster: cluster.canonical }],
+    users: [{ name: userName, user: user.canonical }],
+    contexts: [
+      {
+        name: contextName,
+        context: { cluster: clusterName, user: userName, namespace: kubeContext.namespace },
+      },
+    ],
+  }
+  const hash = createHash("sha256")
+    .update(stableJson({ kubeconfig: canonical, namespaces: namespaces ?? null }))
+    .digest("hex")
+
+  return {
+    ok: true,
+    kubeConfig,
+    hash,
+    server: cluster.kube.server,
+    contextName,
+    clusterName,
+    userName: userName,
+    credentialExpiry,
+    namespaces,
+  }
+}
+
+const policyHint = (flag: keyof KubeconfigPolicy) => `refused unless the hub policy sets ${flag}`
+
+const checkFilePath = (
+  path: string | undefined,
+  field: string,
+  policy: KubeconfigPolicy,
+  refuse: Refuse,
+): string | undefined => {
+  if (path === undefined) return undefined
+  const R = kubeconfigRefusalReasons
+  if (!policy.allowFilePaths) {
+    refuse(
+      R.FilePathRefused,
+      `${field} is a file path on the hub, ${policyHint("allowFilePaths")} (embed the data instead)`,
+    )
+  }
+  // There is no kubeconfig directory to resolve against: relative would mean the hub's working directory.
+  if (!isAbsolute(path)) refuse(R.KubeconfigInvalid, `${field} must be an absolute path`)
+  return path
+}
+
+const parseCert = (data: string, field: string, refuse: Refuse): X509Certificate => {
+  const bytes = decodeBase64(data)
+  if (bytes === undefined) refuse(kubeconfigRefusalReasons.KubeconfigInvalid, `${field} is not valid base64`)
+  try {
+    return new X509Certificate(bytes)
+  } catch {
+    return refuse(kubeconfigRefusalReasons.KubeconfigInvalid, `${field} is not a PEM or DER certificate`)
+  }
+}
+
+const checkCluster = (fields: ClusterFields, at: string, policy: KubeconfigPolicy, refuse: Refuse) => {
+  const R = kubeconfigRefusalReasons
+  // The hub's client talks to the server directly (src/kube/client.ts); a proxy would be bypassed.
+  if (orUndefined(fields["proxy-url"]) !== undefined) {
+    refuse(
+      R.KubeconfigUnsupported,
+      `${at}.proxy-url is not supported: the hub connects to member API servers directly`,
+    )
+  }
+  const caFile = checkFilePath(
+    orUndefined(fields["certificate-authority"]),
+    `${at}.certificate-authority`,
+    policy,
+    refuse,
+  )
+  const skipTLSVerify = fields["insecure-skip-tls-verify"] === true
+  if (skipTLSVerify && !policy.allowInsecureSkipTlsVerify) {
+    refuse(
+      R.InsecureSkipTLSVerifyRefused,
+      `${at}.insecure-skip-tls-verify is true, ${policyHint("allowInsecureSkipTlsVerify")}`,
+    )
+  }
+  // The URL is not echoed: it might carry userinfo.
+  let url: URL | undefined
+  try {
+    url = new URL(fields.server)
+  } catch {
+    refuse(R.KubeconfigInvalid, `${at}.server is not a URL`)
+  }
+  const u = url!
+  if (u.protocol !== "https:" && u.protocol !== "http:")
+    refuse(R.KubeconfigInvalid, `${at}.server must be an https URL`)
+  if (u.hostname === "") refuse(R.KubeconfigInvalid, `${at}.server has no host`)
+  if (u.username !== "" || u.password !== "") {
+    refuse(R.KubeconfigInvalid, `${at}.server must not carry credentials in the URL`)
+  }
+  if (u.search !== "" || u.hash !== "")
+    refuse(R.KubeconfigInvalid, `${at}.server must not have a query or fragment`)
+  if (u.protocol === "http:" && !policy.allowInsecureSkipTlsVerify) {
+    refuse(
+      R.InsecureSkipTLSVerifyRefused,
+      `${at}.server uses plain http, ${policyHint("allowInsecureSkipTlsVerify")}`,
+    )
+  }
+  const caData = orUndefined(fields["certificate-authority-data"])
+  if (caData !== undefined) parseCert(caData, `${at}.certificate-authority-data`, refuse)
+  const tlsServerName = orUndefined(fields["tls-server-name"])
+  // client-node strips one trailing slash too; keep the server exactly as it will be used.
+  const server = fields.server.replace(/\/$/, "")
+  const kube: Omit<Cluster, "name"> = {
+    server,
+    skipTLSVerify,
+    ...(caData !== undefined ? { caData } : {}),
+    ...(caFile !== undefined ? { caFile } : {}),
+    ...(tlsServerName !== undefined ? { tlsServerName } : {}),
+  }
+  const canonical = {
+    server,
+    "certificate-authority-data": caData,
+    "certificate-authority": caFile,
+    "insecure-skip-tls-verify": skipTLSVerify || undefined,
+    "tls-server-name": tlsServerName,
+  }
+  return { kube, canonical }
+}
+
+// client-node's authenticators: these names work; anything else would silently send no credentials.
+const knownAuthProviders = new Set(["oidc", "gcp", "azure", "exec"])
+
+const checkUser = (fields: Partial<UserFields>, at: string, policy: KubeconfigPolicy, refuse: Refuse) => {
+  const R = kubeconfigRefusalReasons
+  const invalid: (message: string) => never = (message) => refuse(R.KubeconfigInvalid, message)
+
+  // Plugins first: they run code on the hub.
+  let exec: z.output<typeof ExecSchema> | undefined
+  if (fields.exec !== undefined && fields.exec !== null) {
+    if (!policy.allowExec) {
+      refuse(R.ExecPluginRefused, `${at}.exec runs a command on the hub, ${policyHint("allowExec")}`)
+    }
+    const parsed = ExecSchema.safeParse(fields.exec)
+    if (!parsed.success) invalid(`${at}.exec: ${parsed.error.issues.slice(0, 3).map(issueText).join("; ")}`)
+    exec = parsed.data
+  }
+  let authProvider: z.output<typeof AuthProviderSchema> | undefined
+  if (fields["auth-provider"] !== undefined && fields["auth-provider"] !== null) {
+    if (!policy.allowAuthProvider) {
+      refuse(R.AuthProviderRefused, `${at}.auth-provider is set, ${policyHint("allowAuthProvider")}`)
+    }
+    const parsed = AuthProviderSchema.safeParse(fields["auth-provider"])
+    if (!parsed.success)
+      invalid(`${at}.auth-provider: ${parsed.error.issues.slice(0, 3).map(issueText).join("; ")}`)
+    const ap = parsed.data
+    authProvider = ap
+    const config = ap.config ?? {}
+    // gcp and azure run cmd-path; name exec or config.exec run a plugin: all of that is exec.
+    if ((ap.name === "exec" || config.exec != null || config["cmd-path"] != null) && !policy.allowExec) {
+      refuse(R.ExecPluginRefused, `${at}.auth-provider runs a command on the hub, ${policyHint("allowExec")}`)
+    }
+    const tokenFilePath = config.tokenFile
+    if (tokenFilePath !== undefined && tokenFilePath !== null) {
+      if (typeof tokenFilePath !== "string") invalid(`${at}.auth-provider.config.tokenFile: expected string`)
+      checkFilePath(tokenFilePath, `${at}.auth-provider.config.tokenFile`, policy, refuse)
+    } else if (!knownAuthProviders.has(ap.name)) {
+      refuse(
+        R.KubeconfigUnsupported,
+        `${at}.auth-provider ${q(ap.name)} is not supported (oidc, gcp, azure, exec)`,
+      )
+    }
+  }
+
+  const certFile = checkFilePath(
+    orUndefined(fields["client-certificate"]),
+    `${at}.client-certificate`,
+    policy,
+    refuse,
+  )
+  const keyFile = checkFilePath(orUndefined(fields["client-key"]), `${at}.client-key`, policy, refuse)
+  const tokenFile =
+    checkFilePath(orUndefined(fields.tokenFile), `${at}.tokenFile`, policy, refuse) ??
+    checkFilePath(orUndefined(fields["token-file"]), `${at}.token-file`, policy, refuse)
+
+  // Ignoring these would make the hub act with more rights than the kubeconfig grants.
+  for (const key of ["as-uid", "as-groups", "as-user-extra"] as const) {
+    const v = fields[key]
+    if (v !== undefined && v !== null && v !== "" && !(Array.isArray(v) && v.length === 0)) {
+      refuse(R.KubeconfigUnsupported, `${at}.${key} is not supported (only "as" impersonation is)`)
+    }
+  }
+
+  const token = orUndefined(fields.token)
+  // A newline or space would break the Authorization header (and is usually a copy-paste accident).
+  if (token !== undefined && !/^[\x21-\x7e]+$/.test(token)) {
+    invalid(`${at}.token contains whitespace or non-printable characters`)
+  }
+
+  const certData = orUndefined(fields["client-certificate-data"])
+  const keyData = orUndefined(fields["client-key-data"])
+  let certNotAfter: Date | undefined
+  let cert: X509Certificate | undefined
+  if (certData !== undefined) {
+    cert = parseCert(certData, `${at}.client-certificate-data`, refuse)
+    certNotAfter = cert.validToDate
+  }
+  let key: KeyObject | undefined
+  if (keyData !== undefined) {
+    const bytes = decodeBase64(keyData)
+    if (bytes === undefined) invalid(`${at}.client-key-data is not valid base64`)
+    try {
+      key = createPrivateKey(bytes)
+    } catch {
+      invalid(`${at}.client-key-data is not a PEM or DER private key`)
+    }
+  }
+  const hasCert = certData !== undefined || certFile !== undefined
+  const hasKey = keyData !== undefined || keyFile !== undefined
+  if (hasCert && !hasKey) invalid(`${at} has a client certificate but no client key`)
+  if (hasKey && !hasCert) invalid(`${at} has a client key but no client certificate`)
+  if (cert !== undefined && key !== undefined && !cert.checkPrivateKey(key)) {
+    invalid(`${at}.client-key-data does not match ${at}.client-certificate-data`)
+  }
+
+  const username = orUndefined(fields.username)
+  const password = orUndefined(fields.password)
+  const impersonateUser = orUndefined(fields.as)
+
+  // client-node has no tokenFile field on User: its FileAuth reads auth-provider config.tokenFile
+  // (re-read every 60 s, like client-go). A literal token wins, as in client-go.
+  let effectiveAuthProvider: unknown = authProvider
+  if (tokenFile !== undefined && token === undefined) {
+    if (authProvider !== undefined) {
+      refuse(R.KubeconfigUnsupported, `${at} has both a token file and an auth-provider`)
+    }
+    effectiveAuthProvider = { name: "tokenFile", config: { tokenFile } }
+  }
+
+  const hasCredentials =
+    token !== undefined ||
+    (hasCert && hasKey) ||
+    (username !== undefined && password !== undefined) ||
+    exec !== undefined ||
+    effectiveAuthProvider !== undefined
+  if (!hasCredentials) {
+    refuse(
+      R.CredentialsMissing,
+      `${at} has no credentials (token, client certificate and key, basic auth, exec or auth-provider)`,
+    )
+  }
+
+  const kube: Omit<User, "name"> = {
+    ...(token !== undefined ? { token } : {}),
+    ...(certData !== undefined ? { certData } : {}),
+    ...(certFile !== undefined ? { certFile } : {}),
+    ...(keyData !== undefined ? { keyData } : {}),
+    ...(keyFile !== undefined ? { keyFile } : {}),
+    ...(username !== undefined ? { username } : {}),
+    ...(password !== undefined ? { password } : {}),
+    ...(impersonateUser !== undefined ? { impersonateUser } : {}),
+    // Copies: client-node's oidc authenticator writes refreshed tokens back into the config object.
+    ...(exec !== undefined ? { exec: structuredClone(exec) } : {}),
+    ...(effectiveAuthProvider !== undefined ? { authProvider: structuredClone(effectiveAuthProvider) } : {}),
+  }
+  const canonical = {
+    token,
+    tokenFile: token === undefined ? tokenFile : undefined,
+    "client-certificate-data": certData,
+    "client-certificate": certFile,
+    "client-key-data": keyData,
+    "client-key": keyFile,
+    username,
+    password,
+    as: impersonateUser,
+    exec,
+    "auth-provider": authProvider,
+  }
+  return { kube, canonical, token, certNotAfter }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Redaction of upstream error text (client-node, TLS, HTTP) before it is logged or written to status.
+
+// Keys under users[].user whose values are not secret; every other string there is treated as one.
+const publicUserKeys = new Set([
+  "name",
+  "as",
+  "as-uid",
+  "as-groups",
+  "username",
+  "client-certificate",
+  "client-key",
+  "tokenFile",
+  "token-file",
+  "command",
+  "apiVersion",
+  "interactiveMode",
+  "installHint",
+  "provideClusterInfo",
+  "cmd-path",
+  "idp-issuer-url",
+  "client-id",
+])
+const secretKeyPattern =
+  /^\s*-?\s*["']?(token|password|[A-Za-z-]+-data|id-token|refresh-token|access-token|client-secret)["']?\s*:\s*(.+?)\s*$/gm
+const minSecretLength = 4
+const redacted = "[REDACTED]"
+
+const collectSecrets = (text: string, into: Set<string>): void => {
+  const add = (v: string) => {
+    const value = v.trim()
+    if (value.length < minSecretLength) return
+    into.add(value)
+    // *-data values are base64 PEM: an error may quote the decoded PEM or one of its lines.
+    const decoded = decodeBase64(value)?.toString("utf8")
+    if (decoded?.includes("-----BEGIN")) {
+      into.add(decoded.trim())
+      for (const line of decoded.split(/\r?\n/))
+        if (line.length >= 16 && !line.startsWith("-----")) into.add(line)
+    }
+  }
+  // Line scan first: it works even when the document does not parse.
+  for (const m of text.matchAll(secretKeyPattern)) {
+    const v = m[2] ?? ""
+    add(v.replace(/^["']|["']$/g, ""))
+  }
+  try {
+    for (const doc of parseAllDocuments(text, yamlOptions)) {
+      if (doc.errors.length > 0) continue
+      const js: unknown = doc.toJS({ maxAliasCount: maxYamlAliasCount })
+      const users = (js as { users?: unknown } | null)?.users
+      if (!Array.isArray(users)) continue
+      const walk = (v: unknown, key: string): void => {
+        if (typeof v === "string") {
+          if (!publicUserKeys.has(key)) add(v)
+        } else if (Array.isArray(v)) {
+          for (const x of v) walk(x, key)
+        } else if (v !== null && typeof v === "object") {
+          for (const [k, x] of Object.entries(v)) walk(x, k)
+        }
+      }
+      for (const u of users) walk((u as { user?: unknown } | null)?.user, "user")
+    }
+  } catch {
+    // The line scan above already ran.
+  }
+}
+
+/**
+ * Removes credential material of this kubeconfig (tokens, passwords, keys, certificate data, exec
+ * env and args, auth-provider secrets) from an error text, plus anything shaped like a PEM block, a
+ * JWT or an Authorization header value. kubeconfigText is the decoded kubeconfig (its base64 form
+ * from Secret.data works too).
+ */
+export const redact = (text: string, kubeconfigText: string): string => {
+  const secrets = new Set<string>()
+  collectSecrets(kubeconfigText, secrets)
+  const decoded = decodeBase64(kubeconfigText.trim())
+  if (decoded !== undefined && decoded.length > 0) {
+    collectSecrets(decoded.toString("utf8"), secrets)
+    secrets.add(kubeconfigText.trim())
+  } else if (kubeconfigText.length >= minSecretLength) {
+    secrets.add(Buffer.from(kubeconfigText, "utf8").toString("base64"))
+  }
+  let out = text
+  // Longest first, so a value that contains another is removed whole.
+  for (const s of [...secrets].sort((a, b) => b.length - a.length)) out = out.split(s).join(redacted)
+  return out
+    .replace(/-----BEGIN [A-Z0-9 ]+-----[\s\S]*?(-----END [A-Z0-9 ]+-----|$)/g, redacted)
+    .replace(/\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/g, redacted)
+    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi, `$1 ${redacted}`)
+}

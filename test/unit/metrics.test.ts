@@ -1,0 +1,551 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { register } from "prom-client"
+import { runController, TerminalError } from "../../src/engine/controller.ts"
+import { makeWorkQueue } from "../../src/engine/workqueue/workqueue.ts"
+import { type FleetMetrics, makeMetrics } from "../../src/observability/metrics.ts"
+
+// --- a tiny parser for the Prometheus text exposition format (0.0.4) ---
+
+interface Sample {
+  readonly name: string
+  readonly labels: Readonly<Record<string, string>>
+  readonly value: number
+}
+
+interface Exposition {
+  readonly samples: ReadonlyArray<Sample>
+  readonly types: ReadonlyMap<string, string>
+  readonly helps: ReadonlyMap<string, string>
+}
+
+const parseValue = (text: string): number => {
+  if (text === "+Inf") return Number.POSITIVE_INFINITY
+  if (text === "-Inf") return Number.NEGATIVE_INFINITY
+  // prom-client writes NaN as "Nan"; Prometheus (Go's ParseFloat) reads it case-insensitively
+  if (text.toLowerCase() === "nan") return Number.NaN
+  const value = Number(text)
+  if (Number.isNaN(value)) throw new Error(`bad sample value: ${text}`)
+  return value
+}
+
+/** Parses `{a="x",b="y\"z"}` starting at text[start] === "{"; returns the labels and the index after "}". */
+const parseLabels = (text: string, start: number): [Record<string, string>, number] => {
+  const labels: Record<string, string> = {}
+  let i = start + 1
+  while (text[i] !== "}") {
+    const eq = text.indexOf("=", i)
+    const name = text.slice(i, eq).trim()
+    if (!/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(name)) throw new Error(`bad label name: ${name}`)
+    if (text[eq + 1] !== '"') throw new Error(`unquoted label value in: ${text}`)
+    let value = ""
+    i = eq + 2
+    while (text[i] !== '"') {
+      if (i >= text.length) throw new Error(`unterminated label value in: ${text}`)
+      if (text[i] === "\\") {
+        const next = text[i + 1]
+        value += next === "n" ? "\n" : next
+        i += 2
+      } else {
+        value += text[i]
+        i++
+      }
+    }
+    labels[name] = value
+    i++
+    if (text[i] === ",") i++
+  }
+  return [labels, i + 1]
+}
+
+const parseExposition = (text: string): Exposition => {
+  const samples: Array<Sample> = []
+  const types = new Map<string, string>()
+  const helps = new Map<string, string>()
+  for (const line of text.split("\n")) {
+    if (line.trim() === "") continue
+    if (line.startsWith("# HELP ")) {
+      const [name, ...help] = line.slice(7).split(" ")
+      helps.set(name!, help.join(" "))
+      continue
+    }
+    if (line.startsWith("# TYPE ")) {
+      const [name, type] = line.slice(7).split(" ")
+      types.set(name!, type!)
+      continue
+    }
+    if (line.startsWith("#")) continue
+    const nameEnd = line.search(/[{ ]/)
+    const name = line.slice(0, nameEnd)
+    if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(name)) throw new Error(`bad metric name: ${line}`)
+    let labels: Record<string, string> = {}
+    let rest = nameEnd
+    if (line[nameEnd] === "{") [labels, rest] = parseLabels(line, nameEnd)
+    // a sample may carry a timestamp after the value; we never emit one, so the value is the first field
+    const value = parseValue(line.slice(rest).trim().split(" ")[0]!)
+    samples.push({ name, labels, value })
+  }
+  return { samples, types, helps }
+}
+
+const scrape = (metrics: FleetMetrics) => Effect.map(Effect.promise(metrics.render), parseExposition)
+
+const matches = (sample: Sample, labels: Readonly<Record<string, string>>): boolean =>
+  Object.entries(labels).every(([k, v]) => sample.labels[k] === v)
+
+const find = (exposition: Exposition, name: string, labels: Readonly<Record<string, string>> = {}) =>
+  exposition.samples.filter((s) => s.name === name && matches(s, labels))
+
+/** The value of the one sample with this name and (at least) these labels. */
+const sampleValue = (
+  exposition: Exposition,
+  name: string,
+  labels: Readonly<Record<string, string>> = {},
+): number => {
+  const found = find(exposition, name, labels)
+  assert.strictEqual(found.length, 1, `expected one ${name} ${JSON.stringify(labels)}, got ${found.length}`)
+  return found[0]!.value
+}
+
+const bucket = (exposition: Exposition, name: string, labels: Readonly<Record<string, string>>, le: string) =>
+  sampleValue(exposition, `${name}_bucket`, { ...labels, le })
+
+// --- the contract ---
+
+const controllerMetrics = {
+  controller_runtime_reconcile_total: "counter",
+  controller_runtime_reconcile_errors_total: "counter",
+  controller_runtime_terminal_reconcile_errors_total: "counter",
+  controller_runtime_reconcile_panics_total: "counter",
+  controller_runtime_reconcile_time_seconds: "histogram",
+  controller_runtime_active_workers: "gauge",
+  controller_runtime_max_concurrent_reconciles: "gauge",
+} as const
+
+const queueMetrics = {
+  workqueue_depth: "gauge",
+  workqueue_adds_total: "counter",
+  workqueue_queue_duration_seconds: "histogram",
+  workqueue_work_duration_seconds: "histogram",
+  workqueue_retries_total: "counter",
+} as const
+
+const clusterMetrics = {
+  fleetcheck_member_cluster_connected: "gauge",
+  fleetcheck_member_cluster_ready: "gauge",
+  fleetcheck_informer_objects: "gauge",
+  fleetcheck_informer_restarts_total: "counter",
+} as const
+
+const checkMetrics = {
+  fleetcheck_backupcheck_verified: "gauge",
+  fleetcheck_backupcheck_last_success_timestamp_seconds: "gauge",
+} as const
+
+const allPerCluster = { ...controllerMetrics, ...queueMetrics, ...clusterMetrics, ...checkMetrics }
+
+/** Histograms expose name_bucket, name_sum and name_count. */
+const sampleName = (name: string, type: string) => (type === "histogram" ? `${name}_count` : name)
+
+const ctl = { controller: "backupcheck", cluster: "east" }
+const queue = { name: "backupcheck", controller: "backupcheck", cluster: "east" }
+
+describe("metrics: names and labels", () => {
+  it.effect("every metric exists, typed, with a cluster label, once the cluster is initialised", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east", { maxConcurrentReconciles: 8 })
+      metrics.setCheckVerified("east", "db", "nightly", "Unknown")
+      const exposition = yield* scrape(metrics)
+
+      for (const [name, type] of Object.entries(allPerCluster)) {
+        assert.strictEqual(exposition.types.get(name), type, `TYPE of ${name}`)
+        assert.isTrue((exposition.helps.get(name) ?? "").length > 0, `HELP of ${name}`)
+        const samples = find(exposition, sampleName(name, type), { cluster: "east" })
+        assert.isAbove(samples.length, 0, `${name} has a series with cluster="east"`)
+      }
+      for (const [name, type] of Object.entries(controllerMetrics)) {
+        assert.isAbove(find(exposition, sampleName(name, type), ctl).length, 0, `${name} has controller`)
+      }
+      for (const [name, type] of Object.entries(queueMetrics)) {
+        assert.isAbove(
+          find(exposition, sampleName(name, type), queue).length,
+          0,
+          `${name} has name+controller`,
+        )
+      }
+      assert.strictEqual(exposition.types.get("fleetcheck_reconcile_global_inflight"), "gauge")
+      assert.strictEqual(sampleValue(exposition, "fleetcheck_reconcile_global_inflight"), 0)
+    }),
+  )
+
+  it.effect("pre-initialises at zero, as controller-runtime does", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east", { maxConcurrentReconciles: 8 })
+      const e = yield* scrape(metrics)
+
+      for (const result of ["success", "error", "requeue", "requeue_after"]) {
+        assert.strictEqual(
+          sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result }),
+          0,
+          result,
+        )
+      }
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_errors_total", ctl), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_terminal_reconcile_errors_total", ctl), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_panics_total", ctl), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_time_seconds_count", ctl), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_active_workers", ctl), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_max_concurrent_reconciles", ctl), 8)
+      assert.strictEqual(sampleValue(e, "workqueue_depth", queue), 0)
+      assert.strictEqual(sampleValue(e, "workqueue_adds_total", queue), 0)
+      assert.strictEqual(sampleValue(e, "workqueue_retries_total", queue), 0)
+      assert.strictEqual(sampleValue(e, "workqueue_queue_duration_seconds_count", queue), 0)
+      assert.strictEqual(sampleValue(e, "workqueue_work_duration_seconds_count", queue), 0)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_connected", { cluster: "east" }), 0)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_ready", { cluster: "east" }), 0)
+      for (const resource of ["backupchecks.fleetcheck.io", "jobs.batch"]) {
+        assert.strictEqual(sampleValue(e, "fleetcheck_informer_objects", { cluster: "east", resource }), 0)
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_informer_restarts_total", { cluster: "east", resource }),
+          0,
+        )
+      }
+    }),
+  )
+
+  it.effect("uses controller-runtime's bucket layouts", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east")
+      const e = yield* scrape(metrics)
+      const les = (name: string, labels: Record<string, string>) =>
+        find(e, `${name}_bucket`, labels).map((s) => s.labels.le)
+      assert.deepStrictEqual(
+        les("controller_runtime_reconcile_time_seconds", ctl),
+        [
+          ...[
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1,
+          ],
+          ...[1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60],
+          "+Inf",
+        ].map(String),
+      )
+      const exponential = ["1e-8", "1e-7", "0.000001", "0.00001", "0.0001", "0.001", "0.01", "0.1", "1", "10"]
+      for (const name of ["workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"]) {
+        const got = les(name, queue)
+        assert.deepStrictEqual(got, [...exponential, "100", "1000", "+Inf"], name)
+      }
+    }),
+  )
+
+  it.effect(
+    "render() is exactly the registry's exposition, and counts written on the hot path show in both",
+    () =>
+      Effect.gen(function* () {
+        const metrics = makeMetrics()
+        const hooks = metrics.queueHooks("east")
+        hooks.onAdd?.("db/a")
+        metrics.setCheckVerified("east", "db", "nightly", "True", new Date(0))
+        const viaRegistry = yield* Effect.promise(() => metrics.registry.metrics())
+        assert.strictEqual(yield* Effect.promise(metrics.render), viaRegistry)
+        assert.strictEqual(sampleValue(parseExposition(viaRegistry), "workqueue_adds_total", queue), 1)
+        hooks.onAdd?.("db/b")
+        assert.strictEqual(sampleValue(yield* scrape(metrics), "workqueue_adds_total", queue), 2)
+        assert.strictEqual(
+          sampleValue(yield* scrape(metrics), "workqueue_adds_total", queue),
+          2,
+          "flushed once",
+        )
+      }),
+  )
+
+  it.effect("the registry is private: prom-client's global registry holds none of our metrics", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics({ processMetrics: true })
+      metrics.initCluster("east")
+      const ours = (yield* scrape(metrics)).types
+      assert.isTrue(ours.has("process_cpu_user_seconds_total"), "process metrics went to our registry")
+      const global = parseExposition(yield* Effect.promise(() => register.metrics()))
+      for (const name of ours.keys())
+        assert.isFalse(global.types.has(name), `${name} leaked to the global registry`)
+      assert.deepStrictEqual(register.getMetricsAsArray(), [])
+      assert.strictEqual(metrics.contentType, "text/plain; version=0.0.4; charset=utf-8")
+      // two instances (two hubs in one test process) do not clash
+      makeMetrics().initCluster("east")
+    }),
+  )
+})
+
+describe("metrics: values move", () => {
+  it.effect("reconcile outcomes map onto controller-runtime's result labels and error counters", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east")
+      const hooks = metrics.controllerHooks("backupcheck")
+      hooks.onReconcile?.("east", "success", 0.003)
+      hooks.onReconcile?.("east", "success", 0.2)
+      hooks.onReconcile?.("east", "requeue_after", 0.02)
+      hooks.onReconcile?.("east", "error", 1.1)
+      hooks.onReconcile?.("east", "terminal_error", 0.004)
+      hooks.onReconcile?.("east", "panic", 0.004)
+      const e = yield* scrape(metrics)
+
+      const total = (result: string) =>
+        sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result })
+      assert.strictEqual(total("success"), 2)
+      assert.strictEqual(total("requeue_after"), 1)
+      assert.strictEqual(total("error"), 3, "error, terminal_error and panic all count as result=error")
+      assert.strictEqual(total("requeue"), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_errors_total", ctl), 3)
+      assert.strictEqual(sampleValue(e, "controller_runtime_terminal_reconcile_errors_total", ctl), 1)
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_panics_total", ctl), 1)
+
+      const time = "controller_runtime_reconcile_time_seconds"
+      assert.strictEqual(sampleValue(e, `${time}_count`, ctl), 6)
+      assert.closeTo(sampleValue(e, `${time}_sum`, ctl), 0.003 + 0.2 + 0.02 + 1.1 + 0.004 + 0.004, 1e-9)
+      // buckets are cumulative: 0.003 and the two 0.004s fall in le=0.005
+      assert.strictEqual(bucket(e, time, ctl, "0.005"), 3)
+      assert.strictEqual(bucket(e, time, ctl, "0.025"), 4)
+      assert.strictEqual(bucket(e, time, ctl, "0.2"), 5)
+      assert.strictEqual(bucket(e, time, ctl, "1"), 5)
+      assert.strictEqual(bucket(e, time, ctl, "1.25"), 6)
+      assert.strictEqual(bucket(e, time, ctl, "+Inf"), 6)
+    }),
+  )
+
+  it.effect("active workers follow the deltas; clusters are counted apart", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east")
+      metrics.initCluster("west")
+      const hooks = metrics.controllerHooks("backupcheck")
+      hooks.onActiveWorkers?.("east", 1)
+      hooks.onActiveWorkers?.("east", 1)
+      hooks.onActiveWorkers?.("west", 1)
+      hooks.onActiveWorkers?.("east", -1)
+      hooks.onReconcile?.("west", "success", 0.01)
+      const e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "controller_runtime_active_workers", ctl), 1)
+      assert.strictEqual(sampleValue(e, "controller_runtime_active_workers", { ...ctl, cluster: "west" }), 1)
+      assert.strictEqual(
+        sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result: "success" }),
+        0,
+      )
+      assert.strictEqual(
+        sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, cluster: "west", result: "success" }),
+        1,
+      )
+    }),
+  )
+
+  it.effect("queue hooks: adds, depth, retries, and durations in seconds into the right buckets", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      const hooks = metrics.queueHooks("east")
+      hooks.onAdd?.("db/a")
+      hooks.onAdd?.("db/b")
+      hooks.onDepth?.(2)
+      hooks.onGet?.("db/a", 250) // 0.25 s: above le=0.1, within le=1
+      hooks.onDepth?.(1)
+      hooks.onDone?.("db/a", 3) // 3 ms: above le=0.001, within le=0.01
+      hooks.onRetry?.("db/a")
+      hooks.onGet?.("db/b", -5) // a clock stepping back is observed as 0, not thrown
+      const e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "workqueue_adds_total", queue), 2)
+      assert.strictEqual(sampleValue(e, "workqueue_depth", queue), 1)
+      assert.strictEqual(sampleValue(e, "workqueue_retries_total", queue), 1)
+      const wait = "workqueue_queue_duration_seconds"
+      assert.strictEqual(sampleValue(e, `${wait}_count`, queue), 2)
+      assert.closeTo(sampleValue(e, `${wait}_sum`, queue), 0.25, 1e-12)
+      assert.strictEqual(bucket(e, wait, queue, "1e-8"), 1)
+      assert.strictEqual(bucket(e, wait, queue, "0.1"), 1)
+      assert.strictEqual(bucket(e, wait, queue, "1"), 2)
+      const work = "workqueue_work_duration_seconds"
+      assert.strictEqual(sampleValue(e, `${work}_count`, queue), 1)
+      assert.closeTo(sampleValue(e, `${work}_sum`, queue), 0.003, 1e-12)
+      assert.strictEqual(bucket(e, work, queue, "0.001"), 0)
+      assert.strictEqual(bucket(e, work, queue, "0.01"), 1)
+    }),
+  )
+
+  it.effect("wired into a real workqueue and controller, the counts match what happened", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east", { maxConcurrentReconciles: 2 })
+      const q = yield* makeWorkQueue({ name: "east", metrics: metrics.queueHooks("east") })
+      let boomed = false
+      yield* runController({
+        name: "backupcheck",
+        cluster: "east",
+        queue: q,
+        workers: 2,
+        hooks: metrics.controllerHooks("backupcheck"),
+        reconcile: (req) =>
+          Effect.gen(function* () {
+            yield* Effect.sleep("40 millis")
+            if (req.name === "later") return { requeueAfterMs: 60_000 }
+            if (req.name === "invalid") return yield* new TerminalError({ message: "bad spec" })
+            if (req.name === "boom" && !boomed) {
+              boomed = true
+              return yield* Effect.die(new Error("bug"))
+            }
+            return {}
+          }),
+      })
+      for (const name of ["ok", "later", "invalid", "boom"]) yield* q.add(`db/${name}`)
+      yield* q.add("db/ok") // coalesced: already dirty
+
+      let e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "workqueue_adds_total", queue), 4)
+
+      // two keys at a time, 40 ms each; the panicked key comes back after its 5 ms backoff
+      for (let i = 0; i < 10; i++) yield* TestClock.adjust("20 millis")
+      e = yield* scrape(metrics)
+      const total = (result: string) =>
+        sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result })
+      assert.strictEqual(total("success"), 2, "ok, then boom on its retry")
+      assert.strictEqual(total("requeue_after"), 1)
+      assert.strictEqual(total("error"), 2, "invalid (terminal) and boom (panic)")
+      assert.strictEqual(sampleValue(e, "controller_runtime_terminal_reconcile_errors_total", ctl), 1)
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_panics_total", ctl), 1)
+      assert.strictEqual(sampleValue(e, "controller_runtime_active_workers", ctl), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_max_concurrent_reconciles", ctl), 2)
+      // retries: addRateLimited for the panic and addAfter for the requeue, as client-go counts them
+      assert.strictEqual(sampleValue(e, "workqueue_retries_total", queue), 2)
+      assert.strictEqual(sampleValue(e, "workqueue_depth", queue), 0)
+      assert.strictEqual(sampleValue(e, "workqueue_work_duration_seconds_count", queue), 5)
+      // every reconcile took 40 ms of (test) clock time: all in le=0.1, none in le=0.01
+      assert.strictEqual(bucket(e, "workqueue_work_duration_seconds", queue, "0.01"), 0)
+      assert.strictEqual(bucket(e, "workqueue_work_duration_seconds", queue, "0.1"), 5)
+      assert.strictEqual(bucket(e, "controller_runtime_reconcile_time_seconds", ctl, "+Inf"), 5)
+    }),
+  )
+
+  it.effect("checks: verified as 1 / 0 / -1, last success timestamp, delete", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      const check = { cluster: "east", namespace: "db", name: "nightly" }
+      const verified = "fleetcheck_backupcheck_verified"
+      const lastSuccess = "fleetcheck_backupcheck_last_success_timestamp_seconds"
+      const success = new Date("2026-11-29T10:00:00.500Z")
+
+      metrics.setCheckVerified("east", "db", "nightly", "Unknown")
+      let e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, verified, check), -1)
+      assert.strictEqual(sampleValue(e, lastSuccess, check), 0, "never verified")
+
+      metrics.setCheckVerified("east", "db", "nightly", "True", success)
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, verified, check), 1)
+      assert.strictEqual(sampleValue(e, lastSuccess, check), success.getTime() / 1000)
+
+      // a failure later keeps the last success when none is passed; an invalid Date changes nothing
+      metrics.setCheckVerified("east", "db", "nightly", "False")
+      metrics.setCheckVerified("east", "db", "nightly", "False", new Date(Number.NaN))
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, verified, check), 0)
+      assert.strictEqual(sampleValue(e, lastSuccess, check), success.getTime() / 1000)
+
+      metrics.setCheckVerified("east", "db", "weekly", "True", new Date(0))
+      metrics.deleteCheck("east", "db", "nightly")
+      metrics.deleteCheck("east", "db", "never-existed")
+      metrics.deleteCheck("nowhere", "db", "nightly")
+      e = yield* scrape(metrics)
+      assert.strictEqual(find(e, verified, check).length, 0)
+      assert.strictEqual(find(e, lastSuccess, check).length, 0)
+      assert.strictEqual(sampleValue(e, verified, { ...check, name: "weekly" }), 1)
+    }),
+  )
+
+  it.effect("members, informers and the global in-flight gauge", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      // a member that never engaged still shows as disconnected
+      metrics.setMemberConnected("north", false)
+      metrics.setMemberConnected("east", true)
+      metrics.setMemberReady("east", true)
+      metrics.setInformerObjects("east", "jobs.batch", 12)
+      metrics.setInformerObjects("east", "configmaps", 3)
+      metrics.incInformerRestarts("east", "jobs.batch")
+      metrics.incInformerRestarts("east", "jobs.batch")
+      metrics.addGlobalInflight(1)
+      metrics.addGlobalInflight(1)
+      metrics.addGlobalInflight(-1)
+      const e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_connected", { cluster: "north" }), 0)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_connected", { cluster: "east" }), 1)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_ready", { cluster: "east" }), 1)
+      const jobs = { cluster: "east", resource: "jobs.batch" }
+      assert.strictEqual(sampleValue(e, "fleetcheck_informer_objects", jobs), 12)
+      assert.strictEqual(
+        sampleValue(e, "fleetcheck_informer_objects", { ...jobs, resource: "configmaps" }),
+        3,
+      )
+      assert.strictEqual(sampleValue(e, "fleetcheck_informer_restarts_total", jobs), 2)
+      assert.strictEqual(sampleValue(e, "fleetcheck_reconcile_global_inflight"), 1)
+    }),
+  )
+})
+
+describe("metrics: forgetMember", () => {
+  it.effect("removes every series of that cluster and only of that cluster", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      const controller = metrics.controllerHooks("backupcheck")
+      const eastQueue = metrics.queueHooks("east")
+      metrics.queueHooks("west")
+      for (const cluster of ["east", "west"]) {
+        controller.onReconcile?.(cluster, "success", 0.1)
+        metrics.setMemberConnected(cluster, true)
+        metrics.setCheckVerified(cluster, "db", "nightly", "True", new Date())
+        metrics.setInformerObjects(cluster, "configmaps", 1)
+        metrics.incInformerRestarts(cluster, "configmaps")
+      }
+      eastQueue.onAdd?.("db/nightly")
+
+      metrics.forgetMember("east")
+      const e = yield* scrape(metrics)
+      const east = e.samples.filter((s) => s.labels.cluster === "east")
+      assert.deepStrictEqual(
+        east.map((s) => s.name),
+        [],
+      )
+      // west keeps every per-cluster metric
+      for (const [name, type] of Object.entries(allPerCluster)) {
+        assert.isAbove(find(e, sampleName(name, type), { cluster: "west" }).length, 0, `${name} for west`)
+      }
+    }),
+  )
+
+  it.effect("late hooks of a forgotten member do not bring its series back; a re-engage starts at zero", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      const controller = metrics.controllerHooks("backupcheck")
+      const oldQueue = metrics.queueHooks("east")
+      oldQueue.onAdd?.("db/a")
+      controller.onReconcile?.("east", "error", 0.1)
+      metrics.forgetMember("east")
+
+      // a dying worker and queue of the old incarnation
+      controller.onActiveWorkers?.("east", -1)
+      controller.onReconcile?.("east", "success", 0.1)
+      oldQueue.onAdd?.("db/b")
+      oldQueue.onDepth?.(7)
+      let e = yield* scrape(metrics)
+      assert.strictEqual(e.samples.filter((s) => s.labels.cluster === "east").length, 0)
+
+      // engaged again: fresh series, and the old queue's hooks stay inert
+      const newQueue = metrics.queueHooks("east")
+      newQueue.onAdd?.("db/c")
+      oldQueue.onAdd?.("db/d")
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "workqueue_adds_total", queue), 1)
+      assert.strictEqual(sampleValue(e, "workqueue_depth", queue), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result: "error" }), 0)
+      assert.strictEqual(sampleValue(e, "controller_runtime_active_workers", ctl), 0)
+    }),
+  )
+})
