@@ -1,11 +1,19 @@
 // fleetcheck's command line. Each command lives in its own module; this file only dispatches.
 import { runDev } from "./dev.ts"
+import { hubUsage, runHubCommand } from "./hub.ts"
+import { runStatus } from "./status.ts"
 
 const usage = `fleetcheck: proves that backups restore, across every cluster you run
 
 Usage:
+  fleetcheck hub [flags]         run the hub (in-cluster config or KUBECONFIG)
+  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o json]
+                                 the fleet at a glance; exits 1 when anything is failing or unknown
   fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
   fleetcheck help                this text
+
+Hub flags:
+${hubUsage}
 `
 
 const main = async (argv: ReadonlyArray<string>): Promise<number> => {
@@ -13,6 +21,10 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
   switch (command) {
     case "dev":
       return runDev(rest)
+    case "hub":
+      return runHubCommand(rest)
+    case "status":
+      return runStatus(rest)
     case undefined:
     case "help":
     case "--help":

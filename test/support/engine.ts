@@ -14,7 +14,8 @@ export interface RunningEngine {
   readonly stop: () => Promise<void>
 }
 
-export const logLevel = process.env.FLEETCHECK_TEST_LOG === "debug" ? "Debug" : "Warn"
+const levels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" } as const
+export const logLevel = levels[(process.env.FLEETCHECK_TEST_LOG ?? "warn") as keyof typeof levels] ?? "Warn"
 
 export const startEngine = async (
   cluster: LocalCluster,
