@@ -252,7 +252,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       if (due.nextRunTime !== undefined) next.nextRunTime = iso(due.nextRunTime)
       else delete next.nextRunTime
 
-      if (!due.run) {
+      // A scheduled check proves itself once right away instead of staying Unknown until its first slot;
+      // until a slot has run, a spec change is verified right away too.
+      const initialRun =
+        !due.run && (status.lastRun === undefined || status.lastRun.runID.startsWith("g"))
+          ? { runID: `g${check.metadata.generation ?? 1}` }
+          : undefined
+      if (!due.run && !initialRun) {
         // Scheduled, and nothing is due yet since creation.
         const waiting = findVerified(status)
           ? next
@@ -267,7 +273,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         return requeueAt(now, due.nextRunTime, stale.deadline)
       }
 
-      const run = due.run
+      const run = (due.run ?? initialRun)!
       const jobName = jobNameFor(check.metadata.name, run.runID)
       const { traceID, traceparent } = traceparentFor(check.metadata.uid, run.runID)
       const recorded = status.lastRun?.runID === run.runID ? status.lastRun : undefined

@@ -179,8 +179,8 @@ describe("hub with three members", () => {
 
   it("a member API server killed: Connected=False within the probe threshold, its checks Unknown, others unaffected; restarted: recovery without duplicates", async () => {
     const victim = members[1]!
-    const t0 = Date.now()
     await victim.stopApiServer()
+    const t0 = Date.now() // from the moment the apiserver process is gone
     const mc = await waitUntil("Connected=False", 30_000, async () => {
       const o = await memberCluster(victim.name)
       return cond(o, "Connected")?.status === "False" ? o : undefined
