@@ -1,0 +1,72 @@
+// The README's first command, end to end: `bin/fleetcheck dev` brings up a hub and two members, the
+// samples end one Verified and one failed with a clear reason, `fleetcheck status` says so with exit 1,
+// and Ctrl-C leaves no process or temporary directory behind.
+import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { existsSync, readFileSync } from "node:fs"
+import { afterAll, describe, expect, it } from "vitest"
+
+const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
+
+const run = (args: string[]) =>
+  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+    execFile(bin, args, { timeout: 30_000 }, (error, stdout, stderr) => {
+      resolve({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, stdout, stderr })
+    })
+  })
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe("fleetcheck dev", () => {
+  let dev: ChildProcess | undefined
+  afterAll(() => {
+    if (dev && dev.exitCode === null) dev.kill("SIGKILL")
+  })
+
+  it("runs a local fleet with one verified and one failed sample, and cleans up on Ctrl-C", async () => {
+    const t0 = Date.now()
+    dev = spawn(bin, ["dev", "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    dev.stderr?.on("data", (d: Buffer) => {
+      stderr += d.toString()
+    })
+    await new Promise<void>((resolve, reject) => {
+      dev?.stdout?.on("data", (d: Buffer) => {
+        stdout += d.toString()
+        if (stdout.includes("Ctrl-C stops everything")) resolve()
+      })
+      dev?.once("exit", (code) => reject(new Error(`dev exited early (${code}):\n${stderr}`)))
+      setTimeout(() => reject(new Error(`dev did not come up in time:\n${stderr}`)), 180_000)
+    })
+    console.log(`fleetcheck dev ready in ${Date.now() - t0} ms`)
+    const url = /dashboard\s+(http:\/\/127\.0\.0\.1:\d+)\//.exec(stdout)?.[1]
+    expect(url).toBeTruthy()
+    const runDir = /KUBECONFIG=(\/\S+)\/hub\/admin\.kubeconfig/.exec(stdout)?.[1]
+    expect(runDir && existsSync(runDir)).toBe(true)
+    const pids = readFileSync(`${runDir}/pgids`, "utf8").split("\n").filter(Boolean).map(Number)
+    expect(pids.length).toBeGreaterThanOrEqual(8)
+
+    const status = await run(["status", "--hub", url!])
+    expect(status.code).toBe(1) // one check is failing: scripts can tell
+    expect(status.stdout).toMatch(/orders-db-nightly\s+True\s+RestoreSucceeded/)
+    expect(status.stdout).toMatch(/payments-db-weekly\s+False\s+ChecksumMismatch/)
+    const page = await (await fetch(`${url}/`)).text()
+    expect(page).toContain("payments-db-weekly")
+    expect(page).toContain("checksum mismatch")
+
+    dev.kill("SIGINT")
+    const code = await new Promise<number | null>((r) => dev?.once("exit", r))
+    expect(code).toBe(0)
+    const deadline = Date.now() + 15_000
+    while (Date.now() < deadline && pids.some(alive)) await new Promise((r) => setTimeout(r, 200))
+    expect(pids.filter(alive)).toEqual([])
+    expect(existsSync(runDir!)).toBe(false)
+  })
+})
