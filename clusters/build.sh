@@ -29,7 +29,7 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 # version_of MODULE_DIR MODULE_PATH -> the version required in that wrapper's go.mod
 version_of() { sed -n "s|^[[:space:]]*$2 \(v[^ ]*\).*|\1|p" "$1/go.mod" | head -n1; }
-key_of() { sha256sum "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-10; }
+key_of() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-10; }
 
 k8s_dir=$here/bin/k8s
 etcd_dir=$here/bin/etcd
