@@ -32,7 +32,11 @@ const register = async (hub: LocalCluster, member: LocalCluster, labels: Record<
   const secret = {
     apiVersion: "v1",
     kind: "Secret",
-    metadata: { name: member.name, namespace: hubNamespace, labels: { "fleetcheck.io/kubeconfig": "true", ...labels } },
+    metadata: {
+      name: member.name,
+      namespace: hubNamespace,
+      labels: { "fleetcheck.io/kubeconfig": "true", ...labels },
+    },
     data: { kubeconfig: Buffer.from(member.kubeconfig).toString("base64") },
   }
   const res = await hub.api("POST", `/api/v1/namespaces/${hubNamespace}/secrets`, secret)
@@ -45,17 +49,27 @@ const samples = () =>
     .sort()
     .map((f) => join(samplesDir, f))
 
-const namespaceOf = (file: string) => /namespace:\s*([a-z0-9-]+)/.exec(readFileSync(file, "utf8"))?.[1] ?? "default"
+const namespaceOf = (file: string) =>
+  /namespace:\s*([a-z0-9-]+)/.exec(readFileSync(file, "utf8"))?.[1] ?? "default"
 
 export const prepareFleet = async (fleet: LocalFleet) => {
   const hub = fleet.cluster("hub")
   const members = fleet.clusters.filter((c) => c.name !== "hub")
   say("installing CRDs")
-  await must("hub CRD", hub.kubectl(["apply", "--server-side", "-f", join(crdDir, "fleetcheck.io_memberclusters.yaml")]))
+  await must(
+    "hub CRD",
+    hub.kubectl(["apply", "--server-side", "-f", join(crdDir, "fleetcheck.io_memberclusters.yaml")]),
+  )
   await hub.api("POST", "/api/v1/namespaces", { metadata: { name: hubNamespace } })
   for (const m of members) {
-    await must(`${m.name} CRD`, m.kubectl(["apply", "--server-side", "-f", join(crdDir, "fleetcheck.io_backupchecks.yaml")]))
-    await must(`${m.name} CRD`, m.kubectl(["wait", "--for=condition=Established", "crd/backupchecks.fleetcheck.io", "--timeout=30s"]))
+    await must(
+      `${m.name} CRD`,
+      m.kubectl(["apply", "--server-side", "-f", join(crdDir, "fleetcheck.io_backupchecks.yaml")]),
+    )
+    await must(
+      `${m.name} CRD`,
+      m.kubectl(["wait", "--for=condition=Established", "crd/backupchecks.fleetcheck.io", "--timeout=30s"]),
+    )
   }
   say("registering members")
   for (const [i, m] of members.entries()) await register(hub, m, { env: "dev", region: `local-${i + 1}` })
@@ -80,7 +94,8 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   if (!Number.isInteger(members) || members < 1 || members > 20) {
     throw new Error(`--members must be an integer from 1 to 20, got ${JSON.stringify(values.members)}`)
   }
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be a TCP port, got ${values.port}`)
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new Error(`--port must be a TCP port, got ${values.port}`)
   const names = ["hub", ...Array.from({ length: members }, (_, i) => `member-${i + 1}`)]
   say("starting a local fleet (the first run builds the Kubernetes binaries; progress follows)")
   const fleet = await startFleet({
@@ -89,7 +104,10 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   })
   const scope = Effect.runSync(Scope.make())
   const logLevel = (process.env.FLEETCHECK_LOG_LEVEL as "Info" | "Warn" | undefined) ?? "Warn"
-  const logger = Layer.merge(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, logLevel))
+  const logger = Layer.merge(
+    Logger.layer([Logger.consoleJson]),
+    Layer.succeed(References.MinimumLogLevel, logLevel),
+  )
   let stopping = false
   const stop = async (signal: string) => {
     if (stopping) return
@@ -114,7 +132,12 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
         timings: { ...defaultMemberTimings, probeIntervalMs: 2_000, runningPollMs: 5_000 },
         maxConcurrentReconciles: 32,
         http: { host: "127.0.0.1", port },
-        leaderElection: { enabled: true, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 },
+        leaderElection: {
+          enabled: true,
+          leaseDurationMs: 15_000,
+          renewDeadlineMs: 10_000,
+          retryPeriodMs: 2_000,
+        },
         metrics: makeMetrics(),
       }).pipe(Scope.provide(scope), Effect.provide(logger)),
     )

@@ -10,20 +10,52 @@ import { makeMetrics } from "../observability/metrics.ts"
 import { defaultPolicy } from "../registration/kubeconfig-policy.ts"
 
 const flags = {
-  kubeconfig: { type: "string", env: "KUBECONFIG", help: "hub kubeconfig (default: in-cluster, then KUBECONFIG)" },
-  namespace: { type: "string", env: "FLEETCHECK_NAMESPACE", help: "hub namespace (default fleetcheck-system)" },
-  "http-address": { type: "string", env: "FLEETCHECK_HTTP_ADDRESS", help: "host:port for health, metrics, API, dashboard (default 0.0.0.0:8080)" },
+  kubeconfig: {
+    type: "string",
+    env: "KUBECONFIG",
+    help: "hub kubeconfig (default: in-cluster, then KUBECONFIG)",
+  },
+  namespace: {
+    type: "string",
+    env: "FLEETCHECK_NAMESPACE",
+    help: "hub namespace (default fleetcheck-system)",
+  },
+  "http-address": {
+    type: "string",
+    env: "FLEETCHECK_HTTP_ADDRESS",
+    help: "host:port for health, metrics, API, dashboard (default 0.0.0.0:8080)",
+  },
   "leader-elect": { type: "string", env: "FLEETCHECK_LEADER_ELECT", help: "true|false (default true)" },
-  "max-concurrent-reconciles": { type: "string", env: "FLEETCHECK_MAX_CONCURRENT_RECONCILES", help: "hub-wide cap (default 32)" },
+  "max-concurrent-reconciles": {
+    type: "string",
+    env: "FLEETCHECK_MAX_CONCURRENT_RECONCILES",
+    help: "hub-wide cap (default 32)",
+  },
   "workers-per-member": { type: "string", env: "FLEETCHECK_WORKERS_PER_MEMBER", help: "default 4" },
-  "probe-interval": { type: "string", env: "FLEETCHECK_PROBE_INTERVAL_MS", help: "member probe period in ms (default 10000)" },
+  "probe-interval": {
+    type: "string",
+    env: "FLEETCHECK_PROBE_INTERVAL_MS",
+    help: "member probe period in ms (default 10000)",
+  },
   "probe-failure-threshold": { type: "string", env: "FLEETCHECK_PROBE_FAILURE_THRESHOLD", help: "default 3" },
   "cache-sync-timeout": { type: "string", env: "FLEETCHECK_CACHE_SYNC_TIMEOUT_MS", help: "default 30000" },
-  "running-poll": { type: "string", env: "FLEETCHECK_RUNNING_POLL_MS", help: "poll while a restore Job runs, ms (default 30000)" },
-  "allow-exec": { type: "string", env: "FLEETCHECK_ALLOW_EXEC", help: "accept exec credential plugins (default false)" },
+  "running-poll": {
+    type: "string",
+    env: "FLEETCHECK_RUNNING_POLL_MS",
+    help: "poll while a restore Job runs, ms (default 30000)",
+  },
+  "allow-exec": {
+    type: "string",
+    env: "FLEETCHECK_ALLOW_EXEC",
+    help: "accept exec credential plugins (default false)",
+  },
   "allow-auth-provider": { type: "string", env: "FLEETCHECK_ALLOW_AUTH_PROVIDER", help: "default false" },
   "allow-file-paths": { type: "string", env: "FLEETCHECK_ALLOW_FILE_PATHS", help: "default false" },
-  "allow-insecure-skip-tls-verify": { type: "string", env: "FLEETCHECK_ALLOW_INSECURE", help: "default false" },
+  "allow-insecure-skip-tls-verify": {
+    type: "string",
+    env: "FLEETCHECK_ALLOW_INSECURE",
+    help: "default false",
+  },
   "log-level": { type: "string", env: "FLEETCHECK_LOG_LEVEL", help: "Debug|Info|Warn|Error (default Info)" },
 } as const
 
@@ -32,7 +64,10 @@ const int = (min: number, max: number) => z.coerce.number().int().min(min).max(m
 
 const HubFlags = z.object({
   kubeconfig: z.string().min(1).optional(),
-  namespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a DNS-1123 label").default("fleetcheck-system"),
+  namespace: z
+    .string()
+    .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a DNS-1123 label")
+    .default("fleetcheck-system"),
   "http-address": z
     .string()
     .regex(/^[^:]*:\d{1,5}$/, "host:port")
@@ -62,8 +97,11 @@ export const parseHubFlags = (args: ReadonlyArray<string>, env: NodeJS.ProcessEn
     strict: true,
   })
   const merged: Record<string, string | undefined> = {}
-  for (const [name, f] of Object.entries(flags)) merged[name] = (values[name] as string | undefined) ?? env[f.env]
-  const parsed = HubFlags.safeParse(Object.fromEntries(Object.entries(merged).filter(([, v]) => v !== undefined)))
+  for (const [name, f] of Object.entries(flags))
+    merged[name] = (values[name] as string | undefined) ?? env[f.env]
+  const parsed = HubFlags.safeParse(
+    Object.fromEntries(Object.entries(merged).filter(([, v]) => v !== undefined)),
+  )
   if (!parsed.success) {
     throw new Error(
       `invalid hub flags: ${parsed.error.issues.map((i) => `--${i.path.join(".")}: ${i.message}`).join("; ")}`,
@@ -77,10 +115,16 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
   const kc = new KubeConfig()
   if (f.kubeconfig) kc.loadFromFile(f.kubeconfig)
   else kc.loadFromDefault()
-  const [host, port] = [f["http-address"].slice(0, f["http-address"].lastIndexOf(":")), Number(f["http-address"].split(":").at(-1))]
+  const [host, port] = [
+    f["http-address"].slice(0, f["http-address"].lastIndexOf(":")),
+    Number(f["http-address"].split(":").at(-1)),
+  ]
   const metrics = makeMetrics()
   const scope = Effect.runSync(Scope.make())
-  const logger = Layer.merge(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, f["log-level"]))
+  const logger = Layer.merge(
+    Logger.layer([Logger.consoleJson]),
+    Layer.succeed(References.MinimumLogLevel, f["log-level"]),
+  )
   const started = Effect.runPromise(
     runHub({
       hubKubeConfig: kc,
@@ -102,7 +146,12 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
       },
       maxConcurrentReconciles: f["max-concurrent-reconciles"],
       http: { host: host || "0.0.0.0", port },
-      leaderElection: { enabled: f["leader-elect"], leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 },
+      leaderElection: {
+        enabled: f["leader-elect"],
+        leaseDurationMs: 15_000,
+        renewDeadlineMs: 10_000,
+        retryPeriodMs: 2_000,
+      },
       metrics,
     }).pipe(Scope.provide(scope), Effect.provide(logger)),
   )
@@ -110,7 +159,9 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
   void hub
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
-      process.stderr.write(`fleetcheck hub: ${signal}; draining in-flight reconciles and releasing the lease\n`)
+      process.stderr.write(
+        `fleetcheck hub: ${signal}; draining in-flight reconciles and releasing the lease\n`,
+      )
       Effect.runPromise(Scope.close(scope, Exit.void).pipe(Effect.provide(logger))).then(() => resolve())
     }
     process.once("SIGTERM", () => stop("SIGTERM"))

@@ -10,7 +10,9 @@ const FleetSchema = z.object({
   clusters: z.array(
     z.object({
       name: z.string(),
-      conditions: z.array(z.object({ type: z.string(), status: z.string(), reason: z.string(), message: z.string() })),
+      conditions: z.array(
+        z.object({ type: z.string(), status: z.string(), reason: z.string(), message: z.string() }),
+      ),
       counts: z.object({ total: z.number(), verified: z.number(), failed: z.number(), unknown: z.number() }),
       kubernetesVersion: z.string().optional(),
     }),
@@ -30,13 +32,21 @@ const FleetSchema = z.object({
 
 const table = (rows: string[][]): string => {
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length))) ?? []
-  return rows.map((r) => r.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join("  ").trimEnd()).join("\n")
+  return rows
+    .map((r) =>
+      r
+        .map((cell, i) => cell.padEnd(widths[i] ?? 0))
+        .join("  ")
+        .trimEnd(),
+    )
+    .join("\n")
 }
 
 const clip = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s)
 
 export const renderStatus = (view: z.output<typeof FleetSchema> | FleetView): string => {
-  const cond = (c: (typeof view.clusters)[number], type: string) => c.conditions.find((x) => x.type === type)?.status ?? "Unknown"
+  const cond = (c: (typeof view.clusters)[number], type: string) =>
+    c.conditions.find((x) => x.type === type)?.status ?? "Unknown"
   const clusters = table([
     ["CLUSTER", "READY", "CONNECTED", "CREDENTIALS", "VERIFIED", "FAILED", "UNKNOWN", "VERSION"],
     ...view.clusters.map((c) => [
@@ -89,14 +99,20 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     if (!res.ok) throw new Error(`HTTP ${res.status}`)
     body = await res.json()
   } catch (e) {
-    process.stderr.write(`fleetcheck status: cannot read ${url.href}: ${e instanceof Error ? e.message : String(e)}\n`)
+    process.stderr.write(
+      `fleetcheck status: cannot read ${url.href}: ${e instanceof Error ? e.message : String(e)}\n`,
+    )
     return 3
   }
   const parsed = FleetSchema.safeParse(body)
   if (!parsed.success) {
-    process.stderr.write(`fleetcheck status: unexpected answer from ${url.href}: ${parsed.error.issues[0]?.message}\n`)
+    process.stderr.write(
+      `fleetcheck status: unexpected answer from ${url.href}: ${parsed.error.issues[0]?.message}\n`,
+    )
     return 3
   }
-  process.stdout.write(values.output === "json" ? `${JSON.stringify(body, null, 2)}\n` : renderStatus(parsed.data))
+  process.stdout.write(
+    values.output === "json" ? `${JSON.stringify(body, null, 2)}\n` : renderStatus(parsed.data),
+  )
   return healthy(parsed.data) ? 0 : 1
 }

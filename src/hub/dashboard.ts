@@ -4,7 +4,10 @@
 import type { FleetView } from "./fleet-state.ts"
 
 const esc = (s: string | undefined): string =>
-  (s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c] ?? c)
+  (s ?? "").replace(
+    /[&<>"']/g,
+    (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c] ?? c,
+  )
 
 const badge = (status: string) => {
   const cls = status === "True" ? "ok" : status === "False" ? "bad" : "unknown"
@@ -24,7 +27,11 @@ export const renderDashboard = (view: FleetView, info: { leader: boolean; hub: s
       const connected = condition(c.conditions, "Connected")
       const creds = condition(c.conditions, "CredentialsValid")
       return `<tr>
-  <td><strong>${esc(c.name)}</strong><div class="muted">${esc(Object.entries(c.labels).map(([k, v]) => `${k}=${v}`).join(", "))}</div></td>
+  <td><strong>${esc(c.name)}</strong><div class="muted">${esc(
+    Object.entries(c.labels)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(", "),
+  )}</div></td>
   <td>${badge(ready?.status ?? "Unknown")}<div class="muted">${esc(ready?.reason)}</div></td>
   <td>${badge(connected?.status ?? "Unknown")}<div class="muted">${esc(connected?.message)}</div></td>
   <td>${badge(creds?.status ?? "Unknown")}<div class="muted">${esc(creds?.reason)}</div></td>

@@ -123,7 +123,12 @@ type NewCondition = Omit<Condition, "lastTransitionTime">
 /** The member's conditions, in a fixed order. */
 export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView>): NewCondition[] => {
   const counts = countChecks(checks)
-  const cond = (type: string, status: Condition["status"], reason: string, message: string): NewCondition => ({
+  const cond = (
+    type: string,
+    status: Condition["status"],
+    reason: string,
+    message: string,
+  ): NewCondition => ({
     type,
     status,
     reason,
@@ -133,7 +138,12 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
   if (m.refused) {
     return [
       cond("Ready", "False", m.refused.reason, m.refused.message),
-      cond("Connected", "Unknown", "RegistrationRefused", "the registration Secret was refused; nothing is probed"),
+      cond(
+        "Connected",
+        "Unknown",
+        "RegistrationRefused",
+        "the registration Secret was refused; nothing is probed",
+      ),
       cond("CredentialsValid", "False", m.refused.reason, m.refused.message),
       cond("BackupsVerified", "Unknown", "RegistrationRefused", "no engine runs for this member"),
     ]
@@ -143,11 +153,21 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
     p.connected === undefined
       ? cond("Connected", "Unknown", "Probing", "waiting for the first probe")
       : p.connected
-        ? cond("Connected", "True", "ProbeSucceeded", `API server reachable (${p.kubernetesVersion ?? "unknown version"})`)
+        ? cond(
+            "Connected",
+            "True",
+            "ProbeSucceeded",
+            `API server reachable (${p.kubernetesVersion ?? "unknown version"})`,
+          )
         : cond("Connected", "False", "ProbeFailed", p.lastError ?? "API server unreachable")
   const credentials =
     p.credentialsValid === false
-      ? cond("CredentialsValid", "False", "Unauthorized", p.lastError ?? "the API server refused the credentials")
+      ? cond(
+          "CredentialsValid",
+          "False",
+          "Unauthorized",
+          p.lastError ?? "the API server refused the credentials",
+        )
       : m.expiringSoon
         ? cond(
             "CredentialsValid",
@@ -162,14 +182,34 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
     ? cond("Ready", "False", "EngineStopped", "no engine runs for this member")
     : m.synced
       ? cond("Ready", "True", "CachesSynced", "engine running with synced caches")
-      : cond("Ready", "False", m.syncError ? "CacheSyncTimeout" : "Syncing", m.syncError ?? "waiting for caches to sync")
+      : cond(
+          "Ready",
+          "False",
+          m.syncError ? "CacheSyncTimeout" : "Syncing",
+          m.syncError ?? "waiting for caches to sync",
+        )
   const verified = !isReachable(m)
     ? cond("BackupsVerified", "Unknown", "ClusterUnreachable", `${counts.total} checks; cluster unreachable`)
     : counts.failed > 0
-      ? cond("BackupsVerified", "False", "ChecksFailing", `${counts.failed} of ${counts.total} checks failing`)
+      ? cond(
+          "BackupsVerified",
+          "False",
+          "ChecksFailing",
+          `${counts.failed} of ${counts.total} checks failing`,
+        )
       : counts.unknown > 0
-        ? cond("BackupsVerified", "Unknown", "ChecksPending", `${counts.unknown} of ${counts.total} checks not yet verified`)
-        : cond("BackupsVerified", "True", "AllVerified", `${counts.verified} of ${counts.total} checks verified`)
+        ? cond(
+            "BackupsVerified",
+            "Unknown",
+            "ChecksPending",
+            `${counts.unknown} of ${counts.total} checks not yet verified`,
+          )
+        : cond(
+            "BackupsVerified",
+            "True",
+            "AllVerified",
+            `${counts.verified} of ${counts.total} checks verified`,
+          )
   return [ready, connected, credentials, verified]
 }
 
@@ -200,7 +240,11 @@ export interface FleetFilter {
 
 const checkOrder = (c: CheckView) => (c.status === "False" ? 0 : c.status === "Unknown" ? 1 : 2)
 
-export const fleetView = (members: Iterable<MemberEntry>, now: number, filter: FleetFilter = {}): FleetView => {
+export const fleetView = (
+  members: Iterable<MemberEntry>,
+  now: number,
+  filter: FleetFilter = {},
+): FleetView => {
   const clusters: ClusterView[] = []
   const checks: CheckView[] = []
   for (const m of [...members].sort((a, b) => a.name.localeCompare(b.name))) {

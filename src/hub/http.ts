@@ -31,13 +31,16 @@ export const viewFromQuery = (members: Map<string, MemberEntry>, url: URL): Flee
 
 export const readiness = (members: Map<string, MemberEntry>): { ready: boolean; notReady: string[] } => {
   // A member whose sync timed out is reported on its MemberCluster; it must not hold the hub unready.
-  const notReady = [...members.values()].filter((m) => m.engineRunning && !m.synced && !m.syncError).map((m) => m.name)
+  const notReady = [...members.values()]
+    .filter((m) => m.engineRunning && !m.synced && !m.syncError)
+    .map((m) => m.name)
   return { ready: notReady.length === 0, notReady }
 }
 
 const handle = async (options: HubHttpOptions, req: IncomingMessage, res: ServerResponse) => {
   const url = new URL(req.url ?? "/", "http://hub.invalid")
-  if (req.method !== "GET" && req.method !== "HEAD") return send(res, 405, "text/plain", "method not allowed\n")
+  if (req.method !== "GET" && req.method !== "HEAD")
+    return send(res, 405, "text/plain", "method not allowed\n")
   switch (url.pathname) {
     case "/healthz":
       return send(res, 200, "text/plain", "ok\n")
@@ -65,7 +68,10 @@ const handle = async (options: HubHttpOptions, req: IncomingMessage, res: Server
         res,
         200,
         "text/html; charset=utf-8",
-        renderDashboard(viewFromQuery(options.members, url), { leader: options.isLeader(), hub: options.identity }),
+        renderDashboard(viewFromQuery(options.members, url), {
+          leader: options.isLeader(),
+          hub: options.identity,
+        }),
       )
     default:
       return send(res, 404, "text/plain", "not found\n")
@@ -77,7 +83,8 @@ export const startHubHttp = (options: HubHttpOptions): Promise<{ server: Server;
   new Promise((resolve, reject) => {
     const server = createServer((req, res) => {
       handle(options, req, res).catch((e: unknown) => {
-        if (!res.headersSent) send(res, 500, "text/plain", `internal error: ${e instanceof Error ? e.message : String(e)}\n`)
+        if (!res.headersSent)
+          send(res, 500, "text/plain", `internal error: ${e instanceof Error ? e.message : String(e)}\n`)
       })
     })
     server.once("error", reject)

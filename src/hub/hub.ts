@@ -43,7 +43,8 @@ export interface HubHandle {
 }
 
 export const runHub = Effect.fnUntraced(function* (options: HubOptions) {
-  const identity = options.identity ?? `${hostname()}-${process.pid}-${Math.random().toString(36).slice(2, 7)}`
+  const identity =
+    options.identity ?? `${hostname()}-${process.pid}-${Math.random().toString(36).slice(2, 7)}`
   const members = new Map<string, MemberEntry>()
   let leading = false
   const hubClient = yield* makeKubeClient({ cluster: "hub", kubeConfig: options.hubKubeConfig })
@@ -100,7 +101,9 @@ export const runHub = Effect.fnUntraced(function* (options: HubOptions) {
       )
     : Effect.scoped(leaderWork)
   yield* Effect.forkScoped(
-    election.pipe(Effect.catch((e) => Effect.logError("leader election stopped: invalid configuration", e.message))),
+    election.pipe(
+      Effect.catch((e) => Effect.logError("leader election stopped: invalid configuration", e.message)),
+    ),
   )
   const handle: HubHandle = { identity, members, isLeader: () => leading, port }
   return handle

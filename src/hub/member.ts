@@ -73,7 +73,12 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
     current = yield* hubClient.request<MemberCluster>({
       method: "POST",
       path: "/apis/fleetcheck.io/v1alpha1/memberclusters",
-      body: { apiVersion, kind: "MemberCluster", metadata: { name: entry.name, labels: entry.labels }, spec: {} },
+      body: {
+        apiVersion,
+        kind: "MemberCluster",
+        metadata: { name: entry.name, labels: entry.labels },
+        spec: {},
+      },
     })
   } else if (JSON.stringify(current.metadata.labels ?? {}) !== JSON.stringify(entry.labels)) {
     const removed = Object.fromEntries(
@@ -85,16 +90,26 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
       method: "PATCH",
       path: memberClusterPath(entry.name),
       contentType: "application/merge-patch+json",
-      body: { metadata: { resourceVersion: current.metadata.resourceVersion, labels: { ...removed, ...entry.labels } } },
+      body: {
+        metadata: {
+          resourceVersion: current.metadata.resourceVersion,
+          labels: { ...removed, ...entry.labels },
+        },
+      },
     })
   }
   const desired: MemberClusterStatus = memberClusterStatus(entry, current.status, now)
-  const withoutProbeTime = (s: MemberClusterStatus | undefined) => JSON.stringify({ ...s, lastProbeTime: undefined })
+  const withoutProbeTime = (s: MemberClusterStatus | undefined) =>
+    JSON.stringify({ ...s, lastProbeTime: undefined })
   // The probe time alone changing is not worth a write every interval: refresh it at most once a minute.
   const probeTimeStale =
     !current.status?.lastProbeTime ||
-    (desired.lastProbeTime !== undefined && Date.parse(desired.lastProbeTime) - Date.parse(current.status.lastProbeTime) >= 60_000)
-  if (withoutProbeTime(desired) !== withoutProbeTime(current.status) || (probeTimeStale && desired.lastProbeTime)) {
+    (desired.lastProbeTime !== undefined &&
+      Date.parse(desired.lastProbeTime) - Date.parse(current.status.lastProbeTime) >= 60_000)
+  if (
+    withoutProbeTime(desired) !== withoutProbeTime(current.status) ||
+    (probeTimeStale && desired.lastProbeTime)
+  ) {
     yield* hubClient.request({
       method: "PATCH",
       path: memberClusterPath(entry.name, "/status"),
@@ -106,9 +121,17 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
 })
 
 /** One probe: GET /version with a short deadline; 401/403 mean the credentials are refused. */
-const probeOnce = Effect.fnUntraced(function* (engine: MemberEngine, entry: MemberEntry, timings: MemberTimings) {
+const probeOnce = Effect.fnUntraced(function* (
+  engine: MemberEngine,
+  entry: MemberEntry,
+  timings: MemberTimings,
+) {
   const result = yield* engine.client
-    .request<{ gitVersion?: string }>({ method: "GET", path: "/version", timeoutMs: Math.min(5_000, timings.probeIntervalMs) })
+    .request<{ gitVersion?: string }>({
+      method: "GET",
+      path: "/version",
+      timeoutMs: Math.min(5_000, timings.probeIntervalMs),
+    })
     .pipe(Effect.result)
   const p = entry.probe
   p.lastProbeTime = yield* Clock.currentTimeMillis
@@ -151,7 +174,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     runningPollMs: timings.runningPollMs,
     drainGraceMs: timings.drainGraceMs,
     ...(metrics
-      ? { controllerHooks: metrics.controllerHooks("backupcheck"), queueHooks: metrics.queueHooks(entry.name) }
+      ? {
+          controllerHooks: metrics.controllerHooks("backupcheck"),
+          queueHooks: metrics.queueHooks(entry.name),
+        }
       : {}),
   })
   entry.engineRunning = true
@@ -190,7 +216,8 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     while (true) {
       yield* probeOnce(engine, entry, timings)
       const now = yield* Clock.currentTimeMillis
-      entry.expiringSoon = spec.credentialExpiry !== undefined && spec.credentialExpiry.getTime() - now < timings.expiryWarningMs
+      entry.expiringSoon =
+        spec.credentialExpiry !== undefined && spec.credentialExpiry.getTime() - now < timings.expiryWarningMs
       metrics?.setMemberConnected(entry.name, entry.probe.connected === true)
       yield* Effect.sleep(timings.probeIntervalMs)
     }

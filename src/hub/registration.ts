@@ -74,7 +74,10 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           body: {
             apiVersion: "events.k8s.io/v1",
             kind: "Event",
-            metadata: { name: `${name}.${Date.now().toString(16)}${Math.random().toString(16).slice(2, 8)}`, namespace },
+            metadata: {
+              name: `${name}.${Date.now().toString(16)}${Math.random().toString(16).slice(2, 8)}`,
+              namespace,
+            },
             eventTime: now,
             reportingController: "fleetcheck.io/hub",
             reportingInstance: options.reportingInstance,
@@ -96,7 +99,10 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   const releaseFinalizers = Effect.fnUntraced(function* (name: string, kubeConfig: KubeConfig) {
     const client = yield* makeKubeClient({ cluster: name, kubeConfig, requestTimeoutMs: 5_000 })
     const base = "/apis/fleetcheck.io/v1alpha1"
-    const list = yield* client.request<{ items: BackupCheck[] }>({ method: "GET", path: `${base}/backupchecks` })
+    const list = yield* client.request<{ items: BackupCheck[] }>({
+      method: "GET",
+      path: `${base}/backupchecks`,
+    })
     let released = 0
     for (const check of list.items ?? []) {
       const finalizers = check.metadata.finalizers ?? []
@@ -109,7 +115,11 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           // test-then-replace: only if the list is still what we read, so nothing else is lost.
           body: [
             { op: "test", path: "/metadata/finalizers", value: finalizers },
-            { op: "replace", path: "/metadata/finalizers", value: finalizers.filter((f) => f !== finalizerName) },
+            {
+              op: "replace",
+              path: "/metadata/finalizers",
+              value: finalizers.filter((f) => f !== finalizerName),
+            },
           ],
         })
         .pipe(
@@ -119,7 +129,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             }),
           ),
           Effect.catch((err: KubeError) =>
-            Effect.logWarning("could not remove finalizer while disengaging", name, check.metadata.name, err.message),
+            Effect.logWarning(
+              "could not remove finalizer while disengaging",
+              name,
+              check.metadata.name,
+              err.message,
+            ),
           ),
         )
     }
@@ -142,13 +157,18 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         yield* disengage(name)
         if (e) {
           yield* releaseFinalizers(name, e.kubeConfig).pipe(
-            Effect.catch((err) => Effect.logWarning("member unreachable while disengaging; finalizers stay", name, String(err))),
+            Effect.catch((err) =>
+              Effect.logWarning("member unreachable while disengaging; finalizers stay", name, String(err)),
+            ),
           )
         }
         members.delete(name)
         options.metrics?.forgetMember(name)
         yield* hubClient
-          .request({ method: "DELETE", path: `/apis/fleetcheck.io/v1alpha1/memberclusters/${encodeURIComponent(name)}` })
+          .request({
+            method: "DELETE",
+            path: `/apis/fleetcheck.io/v1alpha1/memberclusters/${encodeURIComponent(name)}`,
+          })
           .pipe(Effect.catchIf(isNotFound, () => Effect.void))
         return {}
       }
@@ -178,13 +198,20 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         }
         return {}
       }
-      const hash = createHash("sha256").update(checked.hash).update(JSON.stringify(checked.namespaces ?? null)).digest("hex")
+      const hash = createHash("sha256")
+        .update(checked.hash)
+        .update(JSON.stringify(checked.namespaces ?? null))
+        .digest("hex")
       if (engaged.get(name)?.hash === hash) {
         yield* syncMemberCluster(hubClient, entry)
         return {}
       }
       const rebuild = engaged.has(name)
-      yield* Effect.logInfo(rebuild ? "kubeconfig changed; rebuilding member engine" : "engaging member", name, checked.server)
+      yield* Effect.logInfo(
+        rebuild ? "kubeconfig changed; rebuilding member engine" : "engaging member",
+        name,
+        checked.server,
+      )
       entry.refused = undefined
       const target = entry
       const started = yield* FiberMap.run(
@@ -194,8 +221,17 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         Effect.scoped(
           Effect.gen(function* () {
             const engine = yield* runMember(
-              { entry: target, kubeConfig: checked.kubeConfig, ...(checked.credentialExpiry ? { credentialExpiry: checked.credentialExpiry } : {}) },
-              { hubClient, globalLimit: options.globalLimit, timings: options.timings, ...(options.metrics ? { metrics: options.metrics } : {}) },
+              {
+                entry: target,
+                kubeConfig: checked.kubeConfig,
+                ...(checked.credentialExpiry ? { credentialExpiry: checked.credentialExpiry } : {}),
+              },
+              {
+                hubClient,
+                globalLimit: options.globalLimit,
+                timings: options.timings,
+                ...(options.metrics ? { metrics: options.metrics } : {}),
+              },
             )
             void engine
             return yield* Effect.never
@@ -204,7 +240,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       )
       void started
       engaged.set(name, { hash, kubeConfig: checked.kubeConfig })
-      yield* recordEvent(secret, "Normal", rebuild ? "MemberRebuilt" : "MemberEngaged", `member ${name} engaged at ${checked.server}`)
+      yield* recordEvent(
+        secret,
+        "Normal",
+        rebuild ? "MemberRebuilt" : "MemberEngaged",
+        `member ${name} engaged at ${checked.server}`,
+      )
       return {}
     })
 

@@ -1,7 +1,7 @@
 // The hub against a real hub cluster and three real member clusters: registration by Secret, bad
 // Secrets, a member killed and restarted, a member frozen, credential rotation, unregistration.
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { startFleet, type LocalCluster, type LocalFleet } from "../../clusters/local-fleet/index.ts"
+import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
@@ -22,7 +22,15 @@ const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promis
 }
 
 const b64 = (s: string) => Buffer.from(s).toString("base64")
-const secretFor = (name: string, kubeconfig: string | undefined, extra: { labels?: Record<string, string>; annotations?: Record<string, string>; data?: Record<string, string> } = {}) => ({
+const secretFor = (
+  name: string,
+  kubeconfig: string | undefined,
+  extra: {
+    labels?: Record<string, string>
+    annotations?: Record<string, string>
+    data?: Record<string, string>
+  } = {},
+) => ({
   apiVersion: "v1",
   kind: "Secret",
   metadata: {
@@ -41,7 +49,12 @@ const check = (name: string, annotations: Record<string, string> = {}) => ({
   spec: {
     backup: { name: `${name}-backup` },
     jobTemplate: {
-      spec: { template: { metadata: { annotations }, spec: { containers: [{ name: "restore", image: "restore:1" }] } } },
+      spec: {
+        template: {
+          metadata: { annotations },
+          spec: { containers: [{ name: "restore", image: "restore:1" }] },
+        },
+      },
     },
   },
 })
@@ -52,7 +65,8 @@ describe("hub with three members", () => {
   let members: LocalCluster[]
   let hub: RunningHub
 
-  const fleetApi = async (query = "") => (await fetch(`${hub.url}/api/v1/fleet${query}`)).json() as Promise<any>
+  const fleetApi = async (query = "") =>
+    (await fetch(`${hub.url}/api/v1/fleet${query}`)).json() as Promise<any>
   const memberCluster = async (name: string) =>
     (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters/${name}`)).body
   const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((c: any) => c.type === type)
@@ -61,21 +75,36 @@ describe("hub with three members", () => {
     const existing = await hubCluster.api("GET", `${path}/${secret.metadata.name}`)
     const res =
       existing.status === 200
-        ? await hubCluster.api("PUT", `${path}/${secret.metadata.name}`, { ...secret, metadata: { ...secret.metadata, resourceVersion: existing.body.metadata.resourceVersion } })
+        ? await hubCluster.api("PUT", `${path}/${secret.metadata.name}`, {
+            ...secret,
+            metadata: { ...secret.metadata, resourceVersion: existing.body.metadata.resourceVersion },
+          })
         : await hubCluster.api("POST", path, secret)
     expect(res.status, JSON.stringify(res.body)).toBeLessThan(300)
   }
   const createCheck = async (m: LocalCluster, name: string, annotations: Record<string, string> = {}) => {
-    const res = await m.api("POST", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`, check(name, annotations))
+    const res = await m.api(
+      "POST",
+      `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`,
+      check(name, annotations),
+    )
     expect(res.status, JSON.stringify(res.body)).toBe(201)
   }
   const verifiedIn = (m: LocalCluster, name: string, timeoutMs = 60_000) =>
     waitUntil(`${m.name}/${name} Verified=True`, timeoutMs, async () => {
-      const o = (await m.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/${name}`)).body
+      const o = (await m.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/${name}`))
+        .body
       return cond(o, "Verified")?.status === "True" ? o : undefined
     })
   const jobCount = async (m: LocalCluster, checkName: string) =>
-    ((await m.api("GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=fleetcheck.io%2Fbackupcheck%3D${checkName}`)).body.items as any[]).length
+    (
+      (
+        await m.api(
+          "GET",
+          `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=fleetcheck.io%2Fbackupcheck%3D${checkName}`,
+        )
+      ).body.items as any[]
+    ).length
 
   beforeAll(async () => {
     fleet = await startFleet({
@@ -83,16 +112,39 @@ describe("hub with three members", () => {
     })
     hubCluster = fleet.cluster("hub")
     members = ["m1", "m2", "m3"].map((n) => fleet.cluster(n))
-    expect((await hubCluster.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_memberclusters.yaml`])).code).toBe(0)
-    expect((await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: hubNamespace } })).status).toBe(201)
+    expect(
+      (
+        await hubCluster.kubectl([
+          "apply",
+          "--server-side",
+          "-f",
+          `${crdDir}/fleetcheck.io_memberclusters.yaml`,
+        ])
+      ).code,
+    ).toBe(0)
+    expect(
+      (await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: hubNamespace } })).status,
+    ).toBe(201)
     for (const m of members) {
-      expect((await m.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`])).code).toBe(0)
+      expect(
+        (await m.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`])).code,
+      ).toBe(0)
       expect((await m.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
     }
     for (const m of members) {
-      await m.kubectl(["wait", "--for=condition=Established", "crd/backupchecks.fleetcheck.io", "--timeout=30s"])
+      await m.kubectl([
+        "wait",
+        "--for=condition=Established",
+        "crd/backupchecks.fleetcheck.io",
+        "--timeout=30s",
+      ])
     }
-    await hubCluster.kubectl(["wait", "--for=condition=Established", "crd/memberclusters.fleetcheck.io", "--timeout=30s"])
+    await hubCluster.kubectl([
+      "wait",
+      "--for=condition=Established",
+      "crd/memberclusters.fleetcheck.io",
+      "--timeout=30s",
+    ])
     hub = await startHub(hubCluster)
   })
 
@@ -103,10 +155,14 @@ describe("hub with three members", () => {
 
   it("registers members from Secrets while running; checks verify; MemberClusters and the fleet API agree", async () => {
     const t0 = Date.now()
-    for (const m of members) await putSecret(secretFor(m.name, m.kubeconfig, { labels: { env: "test", region: m.name } }))
+    for (const m of members)
+      await putSecret(secretFor(m.name, m.kubeconfig, { labels: { env: "test", region: m.name } }))
     for (const m of members) {
       await createCheck(m, "db-nightly")
-      await createCheck(m, "db-broken", { "fleetcheck.io/simulate": "fail", "fleetcheck.io/simulate-message": "restore failed: disk full" })
+      await createCheck(m, "db-broken", {
+        "fleetcheck.io/simulate": "fail",
+        "fleetcheck.io/simulate-message": "restore failed: disk full",
+      })
     }
     for (const m of members) await verifiedIn(m, "db-nightly")
     console.log(`3 members registered → first checks verified: ${Date.now() - t0} ms`)
@@ -127,9 +183,17 @@ describe("hub with three members", () => {
     expect(view.clusters.map((c: any) => c.name)).toEqual(["m1", "m2", "m3"])
     for (const c of view.clusters) expect(c.counts).toEqual((await memberCluster(c.name)).status.counts)
     expect(view.checks).toHaveLength(6)
-    expect(view.checks.slice(0, 3).every((c: any) => c.status === "False" && c.reason === "RestoreFailed")).toBe(true)
+    expect(
+      view.checks.slice(0, 3).every((c: any) => c.status === "False" && c.reason === "RestoreFailed"),
+    ).toBe(true)
     const failing = await fleetApi("?failing=true&cluster=m2")
-    expect(failing.checks).toEqual([expect.objectContaining({ cluster: "m2", name: "db-broken", message: expect.stringContaining("restore failed: disk full") })])
+    expect(failing.checks).toEqual([
+      expect.objectContaining({
+        cluster: "m2",
+        name: "db-broken",
+        message: expect.stringContaining("restore failed: disk full"),
+      }),
+    ])
     const ready = await fetch(`${hub.url}/readyz`)
     expect(ready.status).toBe(200)
   })
@@ -137,13 +201,29 @@ describe("hub with three members", () => {
   it("bad Secrets each give a MemberCluster that says what is wrong; the hub stays ready, others keep verifying", async () => {
     const good = members[0]!.kubeconfig
     const withToken = good.replace(/token: .*/, "token: wrong-token-0000")
-    const withCa = good.replace(/certificate-authority-data: .*/, `certificate-authority-data: ${b64(fleet.cluster("m2").caPem)}`)
+    const withCa = good.replace(
+      /certificate-authority-data: .*/,
+      `certificate-authority-data: ${b64(fleet.cluster("m2").caPem)}`,
+    )
     const unreachable = good.replace(/server: .*/, "server: https://127.0.0.1:1")
-    const exec = good.replace(/ {4}token: .*/, "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [-c, id]")
+    const exec = good.replace(
+      / {4}token: .*/,
+      "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [-c, id]",
+    )
     const file = good.replace(/certificate-authority-data: .*/, "certificate-authority: /etc/passwd")
     const cases: Array<[string, any, string, string]> = [
-      ["bad-garbage", secretFor("bad-garbage", undefined, { data: { kubeconfig: b64("{{{ not yaml :::") } }), "CredentialsValid", "KubeconfigInvalid"],
-      ["bad-missing", secretFor("bad-missing", undefined, { data: { other: b64("x") } }), "CredentialsValid", "KubeconfigMissing"],
+      [
+        "bad-garbage",
+        secretFor("bad-garbage", undefined, { data: { kubeconfig: b64("{{{ not yaml :::") } }),
+        "CredentialsValid",
+        "KubeconfigInvalid",
+      ],
+      [
+        "bad-missing",
+        secretFor("bad-missing", undefined, { data: { other: b64("x") } }),
+        "CredentialsValid",
+        "KubeconfigMissing",
+      ],
       ["bad-exec", secretFor("bad-exec", exec), "CredentialsValid", "ExecPluginRefused"],
       ["bad-file", secretFor("bad-file", file), "CredentialsValid", "FilePathRefused"],
       ["bad-token", secretFor("bad-token", withToken), "CredentialsValid", "Unauthorized"],
@@ -162,18 +242,30 @@ describe("hub with three members", () => {
       expect(JSON.stringify(mc)).not.toContain(fleet.cluster("m1").adminToken)
       expect(JSON.stringify(mc)).not.toContain("wrong-token-0000")
     }
-    const events = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`)).body.items as any[]
+    const events = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
+      .body.items as any[]
     expect(events.some((e) => e.reason === "ExecPluginRefused" && e.regarding.name === "bad-exec")).toBe(true)
     expect(JSON.stringify(events)).not.toContain(fleet.cluster("m1").adminToken)
     // Sync timed out for the unreachable ones: they say so, and readiness does not wait on them forever.
-    await waitUntil("hub ready despite bad members", 20_000, async () => (await fetch(`${hub.url}/readyz`)).status === 200)
+    await waitUntil(
+      "hub ready despite bad members",
+      20_000,
+      async () => (await fetch(`${hub.url}/readyz`)).status === 200,
+    )
     await createCheck(members[2]!, "during-bad-secrets")
     await verifiedIn(members[2]!, "during-bad-secrets", 30_000)
     for (const [name] of cases) {
-      expect((await hubCluster.api("DELETE", `/api/v1/namespaces/${hubNamespace}/secrets/${name}`)).status).toBe(200)
+      expect(
+        (await hubCluster.api("DELETE", `/api/v1/namespaces/${hubNamespace}/secrets/${name}`)).status,
+      ).toBe(200)
     }
     for (const [name] of cases) {
-      await waitUntil(`${name} MemberCluster removed`, 20_000, async () => (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters/${name}`)).status === 404)
+      await waitUntil(
+        `${name} MemberCluster removed`,
+        20_000,
+        async () =>
+          (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters/${name}`)).status === 404,
+      )
     }
   })
 
@@ -190,7 +282,9 @@ describe("hub with three members", () => {
     expect(cond(mc, "BackupsVerified")).toMatchObject({ status: "Unknown", reason: "ClusterUnreachable" })
     const view = await fleetApi(`?cluster=${victim.name}`)
     expect(view.checks.length).toBeGreaterThan(0)
-    expect(view.checks.every((c: any) => c.status === "Unknown" && c.reason === "ClusterUnreachable")).toBe(true)
+    expect(view.checks.every((c: any) => c.status === "Unknown" && c.reason === "ClusterUnreachable")).toBe(
+      true,
+    )
     expect(mc.status.counts.unknown).toBe(mc.status.counts.total)
     // Others carry on meanwhile.
     await createCheck(members[0]!, "while-m2-down")
@@ -215,11 +309,19 @@ describe("hub with three members", () => {
       for (const n of names) await createCheck(members[0]!, n)
       for (const n of names) await verifiedIn(members[0]!, n, 60_000)
       console.log(`20 checks verified on m1 while m3 frozen: ${Date.now() - t0} ms`)
-      await waitUntil("frozen member Connected=False", 30_000, async () => cond(await memberCluster(frozen.name), "Connected")?.status === "False")
+      await waitUntil(
+        "frozen member Connected=False",
+        30_000,
+        async () => cond(await memberCluster(frozen.name), "Connected")?.status === "False",
+      )
     } finally {
       frozen.thawApiServer()
     }
-    await waitUntil("thawed member Connected=True", 60_000, async () => cond(await memberCluster(frozen.name), "Connected")?.status === "True")
+    await waitUntil(
+      "thawed member Connected=True",
+      60_000,
+      async () => cond(await memberCluster(frozen.name), "Connected")?.status === "True",
+    )
     await createCheck(frozen, "after-thaw")
     await verifiedIn(frozen, "after-thaw", 60_000)
   })
@@ -227,13 +329,18 @@ describe("hub with three members", () => {
   it("credential rotation rebuilds the engine exactly once; unrelated edits change nothing", async () => {
     const m = members[0]!
     const eventsOf = async (reason: string) =>
-      ((await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`)).body.items as any[]).filter(
-        (e) => e.reason === reason && e.regarding.name === m.name,
-      ).length
+      (
+        (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`)).body
+          .items as any[]
+      ).filter((e) => e.reason === reason && e.regarding.name === m.name).length
     const before = await eventsOf("MemberRebuilt")
     // Unrelated: a label and another data key. Labels follow to the MemberCluster; no rebuild.
     await putSecret(secretFor(m.name, m.kubeconfig, { labels: { env: "prod", region: m.name } }))
-    await waitUntil("label copied", 20_000, async () => (await memberCluster(m.name)).metadata.labels.env === "prod")
+    await waitUntil(
+      "label copied",
+      20_000,
+      async () => (await memberCluster(m.name)).metadata.labels.env === "prod",
+    )
     // Rotation: same server, different user entry (as a new token would be).
     const rotated = m.kubeconfig.replaceAll(`${m.name}-admin`, `${m.name}-rotated`)
     await putSecret(secretFor(m.name, rotated, { labels: { env: "prod", region: m.name } }))
@@ -246,14 +353,34 @@ describe("hub with three members", () => {
 
   it("unregistering removes the hub's finalizers, so checks stay deletable, and the MemberCluster", async () => {
     const m = members[2]!
-    const list = async () => (await m.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`)).body.items as any[]
-    expect((await list()).some((o) => (o.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup"))).toBe(true)
-    expect((await hubCluster.api("DELETE", `/api/v1/namespaces/${hubNamespace}/secrets/${m.name}`)).status).toBe(200)
-    await waitUntil("finalizers removed", 30_000, async () => (await list()).every((o) => !(o.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup")))
-    await waitUntil("MemberCluster removed", 20_000, async () => (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters/${m.name}`)).status === 404)
+    const list = async () =>
+      (await m.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`)).body.items as any[]
+    expect((await list()).some((o) => (o.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup"))).toBe(
+      true,
+    )
+    expect(
+      (await hubCluster.api("DELETE", `/api/v1/namespaces/${hubNamespace}/secrets/${m.name}`)).status,
+    ).toBe(200)
+    await waitUntil("finalizers removed", 30_000, async () =>
+      (await list()).every((o) => !(o.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup")),
+    )
+    await waitUntil(
+      "MemberCluster removed",
+      20_000,
+      async () =>
+        (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters/${m.name}`)).status === 404,
+    )
     // Deleting a check now completes without any hub.
-    expect((await m.api("DELETE", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/db-nightly`)).status).toBe(200)
-    await waitUntil("check deleted", 20_000, async () => (await m.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/db-nightly`)).status === 404)
+    expect(
+      (await m.api("DELETE", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/db-nightly`)).status,
+    ).toBe(200)
+    await waitUntil(
+      "check deleted",
+      20_000,
+      async () =>
+        (await m.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/db-nightly`))
+          .status === 404,
+    )
     const view = await fleetApi()
     expect(view.clusters.map((c: any) => c.name)).toEqual(["m1", "m2"])
   })

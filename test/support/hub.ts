@@ -28,7 +28,10 @@ export const fastTimings = {
   runningPollMs: 2_000,
 }
 
-export const startHub = async (hubCluster: LocalCluster, overrides: Partial<HubOptions> = {}): Promise<RunningHub> => {
+export const startHub = async (
+  hubCluster: LocalCluster,
+  overrides: Partial<HubOptions> = {},
+): Promise<RunningHub> => {
   const kc = new KubeConfig()
   kc.loadFromString(hubCluster.kubeconfig)
   const scope = await Effect.runPromise(Scope.make())
@@ -40,7 +43,12 @@ export const startHub = async (hubCluster: LocalCluster, overrides: Partial<HubO
       timings: fastTimings,
       maxConcurrentReconciles: 32,
       http: { host: "127.0.0.1", port: 0 },
-      leaderElection: { enabled: false, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 },
+      leaderElection: {
+        enabled: false,
+        leaseDurationMs: 15_000,
+        renewDeadlineMs: 10_000,
+        retryPeriodMs: 2_000,
+      },
       metrics: makeMetrics(),
       ...overrides,
     }).pipe(Scope.provide(scope), Effect.provideService(References.MinimumLogLevel, logLevel)),
