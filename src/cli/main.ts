@@ -40,6 +40,8 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
 main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code
+    // The hub has shut down cleanly by now; a stray keep-alive handle must not keep the pod alive.
+    if (process.argv[2] === "hub") process.exit(code)
   },
   (error: unknown) => {
     process.stderr.write(`fleetcheck: ${error instanceof Error ? error.message : String(error)}\n`)
