@@ -119,7 +119,7 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
     f["http-address"].slice(0, f["http-address"].lastIndexOf(":")),
     Number(f["http-address"].split(":").at(-1)),
   ]
-  const metrics = makeMetrics()
+  const metrics = makeMetrics({ processMetrics: true })
   const scope = Effect.runSync(Scope.make())
   const logger = Layer.merge(
     Logger.layer([Logger.consoleJson]),
