@@ -19,7 +19,7 @@ const pgrepEtcd = (runDir: string): number[] =>
     .map(Number)
     .filter((pid) => {
       try {
-        return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("etcd")
+        return (readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0] ?? "").endsWith("/etcd")
       } catch {
         return false
       }
