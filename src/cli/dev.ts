@@ -12,6 +12,7 @@ import { fleetView } from "../hub/fleet-state.ts"
 import { runHub } from "../hub/hub.ts"
 import { defaultMemberTimings } from "../hub/member.ts"
 import { makeMetrics } from "../observability/metrics.ts"
+import { TracingLive } from "../observability/tracing.ts"
 import { defaultPolicy } from "../registration/kubeconfig-policy.ts"
 import { renderStatus } from "./status.ts"
 
@@ -124,6 +125,9 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     await prepareFleet(fleet)
     const kc = new KubeConfig()
     kc.loadFromString(fleet.cluster("hub").kubeconfig)
+    const services = await Effect.runPromise(
+      Layer.buildWithScope(Layer.merge(logger, TracingLive({ serviceName: "fleetcheck-hub" })), scope),
+    )
     const hub = await Effect.runPromise(
       runHub({
         hubKubeConfig: kc,
@@ -139,7 +143,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
           retryPeriodMs: 2_000,
         },
         metrics: makeMetrics(),
-      }).pipe(Scope.provide(scope), Effect.provide(logger)),
+      }).pipe(Scope.provide(scope), Effect.provide(services)),
     )
     const url = `http://127.0.0.1:${hub.port}`
     say("waiting for the sample checks to finish their first runs")

@@ -7,6 +7,7 @@ import * as z from "zod"
 import { type HubHandle, runHub } from "../hub/hub.ts"
 import { defaultMemberTimings } from "../hub/member.ts"
 import { makeMetrics } from "../observability/metrics.ts"
+import { TracingLive } from "../observability/tracing.ts"
 import { defaultPolicy } from "../registration/kubeconfig-policy.ts"
 
 const flags = {
@@ -125,6 +126,10 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
     Logger.layer([Logger.consoleJson]),
     Layer.succeed(References.MinimumLogLevel, f["log-level"]),
   )
+  // Built into the hub's scope: the tracer provider must outlive this call and flush on shutdown.
+  const services = await Effect.runPromise(
+    Layer.buildWithScope(Layer.merge(logger, TracingLive({ serviceName: "fleetcheck-hub" })), scope),
+  )
   const started = Effect.runPromise(
     runHub({
       hubKubeConfig: kc,
@@ -153,7 +158,7 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
         retryPeriodMs: 2_000,
       },
       metrics,
-    }).pipe(Scope.provide(scope), Effect.provide(logger)),
+    }).pipe(Scope.provide(scope), Effect.provide(services)),
   )
   const hub: HubHandle = await started
   void hub

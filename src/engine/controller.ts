@@ -70,6 +70,17 @@ let reconcileCounter = 0
 const newReconcileId = () =>
   `${Date.now().toString(36)}-${(reconcileCounter++ & 0xffffff).toString(36)}-${Math.random().toString(36).slice(2, 6)}`
 
+/** The result-table row an exit falls in (interruptions are not outcomes: the worker is stopping). */
+export const outcomeOf = (exit: Exit.Exit<ReconcileResult, unknown>): ReconcileOutcome => {
+  if (Exit.isSuccess(exit)) {
+    const after = exit.value.requeueAfterMs
+    return after !== undefined && after > 0 ? "requeue_after" : "success"
+  }
+  const failure = Cause.findErrorOption(exit.cause)
+  if (failure._tag === "Some" && failure.value instanceof TerminalError) return "terminal_error"
+  return Cause.hasDies(exit.cause) ? "panic" : "error"
+}
+
 /** Keys are "namespace/name" (or "name" for cluster-scoped objects). */
 export const splitKey = (key: string): { namespace: string; name: string } => {
   const i = key.indexOf("/")
@@ -90,6 +101,8 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
     const req: ReconcileRequest = { cluster, namespace, name: objName, reconcileId: newReconcileId() }
     const started = performance.now()
     return options.reconcile(req).pipe(
+      // The outcome is known only at the end: record it on the root span before it closes.
+      Effect.onExit((exit) => Effect.annotateCurrentSpan("fleetcheck.reconcile.outcome", outcomeOf(exit))),
       Effect.withSpan(`reconcile ${name}`, {
         root: true,
         attributes: {

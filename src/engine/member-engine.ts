@@ -28,7 +28,7 @@ export interface MemberEngineOptions {
   /** Periodic resync of the informers (default 10 min). */
   readonly resyncMs?: number
   /** How long in-flight reconciles may finish when the engine stops (default 30 s). */
-  readonly drainGraceMs?: number
+  readonly drainGraceMs?: number | (() => number)
   readonly controllerHooks?: ControllerHooks
   readonly queueHooks?: WorkQueueMetricsHooks
 }
@@ -122,7 +122,11 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
   // informers are interrupted as the scope closes.
   yield* Effect.addFinalizer(() =>
     queue.shutDownWithDrain.pipe(
-      Effect.timeout(options.drainGraceMs ?? 30_000),
+      Effect.timeout(
+        typeof options.drainGraceMs === "function"
+          ? options.drainGraceMs()
+          : (options.drainGraceMs ?? 30_000),
+      ),
       Effect.catch(() => Effect.logWarning("in-flight reconciles did not finish within the drain grace")),
     ),
   )

@@ -10,7 +10,7 @@ import type { FleetMetrics } from "../observability/metrics.ts"
 import type { KubeconfigPolicy } from "../registration/kubeconfig-policy.ts"
 import type { MemberEntry } from "./fleet-state.ts"
 import { startHubHttp } from "./http.ts"
-import { runLeaderElection } from "./leader-election.ts"
+import { hubLeaseName, makeLeaderElector } from "./leader-election.ts"
 import type { MemberTimings } from "./member.ts"
 import { runRegistration } from "./registration.ts"
 
@@ -64,6 +64,7 @@ export const runHub = Effect.fnUntraced(function* (options: HubOptions) {
   options.onListening?.(port)
 
   const globalLimit = yield* Semaphore.make(options.maxConcurrentReconciles)
+  let drainGrace = () => options.timings.drainGraceMs
   const leaderWork = Effect.gen(function* () {
     leading = true
     yield* Effect.addFinalizer(() =>
@@ -82,29 +83,36 @@ export const runHub = Effect.fnUntraced(function* (options: HubOptions) {
       members,
       ...(options.metrics ? { metrics: options.metrics } : {}),
       reportingInstance: identity,
+      drainGraceMs: () => drainGrace(),
     })
     return yield* Effect.never
   })
 
-  const election = options.leaderElection.enabled
-    ? runLeaderElection(
-        {
-          client: hubClient,
-          namespace: options.namespace,
-          name: "fleetcheck-hub",
-          identity,
-          leaseDurationMs: options.leaderElection.leaseDurationMs,
-          renewDeadlineMs: options.leaderElection.renewDeadlineMs,
-          retryPeriodMs: options.leaderElection.retryPeriodMs,
-        },
-        leaderWork,
-      )
-    : Effect.scoped(leaderWork)
-  yield* Effect.forkScoped(
-    election.pipe(
-      Effect.catch((e) => Effect.logError("leader election stopped: invalid configuration", e.message)),
-    ),
-  )
+  if (!options.leaderElection.enabled) {
+    yield* Effect.forkScoped(Effect.scoped(leaderWork))
+  } else {
+    // Validated before anything starts: bad timings are a startup error, not a hub that never leads.
+    const elector = yield* makeLeaderElector({
+      client: hubClient,
+      namespace: options.namespace,
+      name: hubLeaseName,
+      identity,
+      leaseDurationMs: options.leaderElection.leaseDurationMs,
+      renewDeadlineMs: options.leaderElection.renewDeadlineMs,
+      retryPeriodMs: options.leaderElection.retryPeriodMs,
+    }).pipe(Effect.orDie)
+    // On SIGTERM the lease is still renewed while members drain (full grace). After a lost lease a new
+    // leader may start once the lease expires: leader work gets what is left of it, minus a margin.
+    const lostLeaseGraceMs = Math.max(
+      500,
+      options.leaderElection.leaseDurationMs - options.leaderElection.renewDeadlineMs - 1_000,
+    )
+    drainGrace = () =>
+      elector.isLeader()
+        ? options.timings.drainGraceMs
+        : Math.min(options.timings.drainGraceMs, lostLeaseGraceMs)
+    yield* Effect.forkScoped(elector.run(leaderWork))
+  }
   const handle: HubHandle = { identity, members, isLeader: () => leading, port }
   return handle
 }) as (options: HubOptions) => Effect.Effect<HubHandle, never, Scope.Scope>

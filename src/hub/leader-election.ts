@@ -160,7 +160,7 @@ export const isHeldByOther = (
   return observation.atMs + durationMs > nowMs
 }
 
-/** metav1.MicroTime: RFC 3339 with exactly six fractional digits (the apiserver rejects three). */
+/** metav1.MicroTime's wire format: RFC 3339 with six fractional digits. */
 export const microTime = (epochMs: number): string => new Date(epochMs).toISOString().replace("Z", "000Z")
 
 export interface LeaderElector {
@@ -185,7 +185,12 @@ export interface LeaderElector {
   ) => Effect.Effect<never, never, Exclude<R, Scope.Scope>>
 }
 
-type StepOutcome = { readonly _tag: "Leader" } | { readonly _tag: "HeldByOther"; readonly holder: string }
+// writeStartedMs: just before the winning write was sent. No contender can have seen the change
+// earlier, so leaseDuration counted from here ends no later than any contender's view of the expiry.
+// (The step's start is no reference: a GET that hung through an outage would eat the whole term.)
+type StepOutcome =
+  | { readonly _tag: "Leader"; readonly writeStartedMs: number }
+  | { readonly _tag: "HeldByOther"; readonly holder: string }
 
 const monoMs = Effect.map(Clock.monotonicTimeNanos, (n) => Number(n / 1_000_000n))
 
@@ -220,15 +225,18 @@ export const makeLeaderElector = (
     const put = (l: Lease) =>
       client.request<Lease>({ method: "PUT", path: itemPath, body: l, timeoutMs: renewDeadlineMs })
 
+    // The clock readings for a write: wall time for the record, monotonic time for our deadline.
+    const writeTimes = Effect.all({ wall: Effect.map(Clock.currentTimeMillis, microTime), mono: monoMs })
+
     // client-go's tryAcquireOrRenew: one GET (skipped by a leader holding a fresh copy), then at most
     // one create or update.
     const step = Effect.fnUntraced(function* (): Effect.fn.Return<StepOutcome, KubeError> {
-      const now = microTime(yield* Clock.currentTimeMillis)
       if (leader && lease !== undefined && lease.spec?.holderIdentity === identity) {
-        const fast = yield* Effect.result(put({ ...lease, spec: { ...lease.spec, renewTime: now } }))
+        const t = yield* writeTimes
+        const fast = yield* Effect.result(put({ ...lease, spec: { ...lease.spec, renewTime: t.wall } }))
         if (fast._tag === "Success") {
           yield* remember(fast.success)
-          return { _tag: "Leader" }
+          return { _tag: "Leader", writeStartedMs: t.mono }
         }
         // Our copy is stale (an earlier write landed after we gave up on it, another writer, or the
         // Lease was deleted): re-read and decide on fresh state.
@@ -237,6 +245,7 @@ export const makeLeaderElector = (
       const got = yield* Effect.result(client.request<Lease>({ method: "GET", path: itemPath }))
       if (got._tag === "Failure") {
         if (!isNotFound(got.failure)) return yield* Effect.fail(got.failure)
+        const t = yield* writeTimes
         const created = yield* Effect.result(
           client.request<Lease>({
             method: "POST",
@@ -248,8 +257,8 @@ export const makeLeaderElector = (
               spec: {
                 holderIdentity: identity,
                 leaseDurationSeconds,
-                acquireTime: now,
-                renewTime: now,
+                acquireTime: t.wall,
+                renewTime: t.wall,
                 leaseTransitions: 0,
               },
             } satisfies Lease,
@@ -257,7 +266,7 @@ export const makeLeaderElector = (
         )
         if (created._tag === "Success") {
           yield* remember(created.success)
-          return { _tag: "Leader" }
+          return { _tag: "Leader", writeStartedMs: t.mono }
         }
         if (isAlreadyExists(created.failure)) return { _tag: "HeldByOther", holder: "" }
         return yield* Effect.fail(created.failure)
@@ -270,6 +279,7 @@ export const makeLeaderElector = (
         return { _tag: "HeldByOther", holder: previousHolder }
       }
       const takeover = previousHolder !== identity
+      const t = yield* writeTimes
       const updated = yield* Effect.result(
         put({
           ...current,
@@ -277,10 +287,10 @@ export const makeLeaderElector = (
             ...spec,
             holderIdentity: identity,
             leaseDurationSeconds,
-            renewTime: now,
+            renewTime: t.wall,
             ...(takeover
-              ? { acquireTime: now, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }
-              : { acquireTime: spec.acquireTime ?? now }),
+              ? { acquireTime: t.wall, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }
+              : { acquireTime: spec.acquireTime ?? t.wall }),
           },
         }),
       )
@@ -290,7 +300,7 @@ export const makeLeaderElector = (
         return yield* Effect.fail(updated.failure)
       }
       yield* remember(updated.success)
-      return { _tag: "Leader" }
+      return { _tag: "Leader", writeStartedMs: t.mono }
     })
 
     const timedStep = (timeoutMs: number) =>
@@ -302,14 +312,13 @@ export const makeLeaderElector = (
         ),
       )
 
-    // Campaign until we hold the lease; returns the instant (monotonic ms) our winning write started.
+    // Campaign until we hold the lease; returns when (monotonic ms) our winning write was sent.
     const acquire = Effect.gen(function* () {
       let lastProblem = ""
       let lastHolder: string | undefined
       while (true) {
-        const startedMs = yield* monoMs
         const r = yield* timedStep(renewDeadlineMs)
-        if (r._tag === "Success" && r.success._tag === "Leader") return startedMs
+        if (r._tag === "Success" && r.success._tag === "Leader") return r.success.writeStartedMs
         if (r._tag === "Success" && r.success._tag === "HeldByOther") {
           lastProblem = ""
           if (r.success.holder !== "" && r.success.holder !== lastHolder) {
@@ -346,7 +355,7 @@ export const makeLeaderElector = (
             }
             const r = yield* timedStep(Math.min(remaining, attemptTimeoutMs))
             if (r._tag === "Success" && r.success._tag === "Leader") {
-              lastRenew.ms = startedMs
+              lastRenew.ms = r.success.writeStartedMs
               break
             }
             if (r._tag === "Success" && r.success._tag === "HeldByOther") {
@@ -424,7 +433,8 @@ export const makeLeaderElector = (
           // Undefined when `run` itself was interrupted (shutdown).
           const outcome = end._tag === "Success" ? end.value : undefined
 
-          leader = false
+          // Lost or died: we no longer lead. Shutting down: still the leader (renewing) while work drains.
+          if (outcome !== undefined) leader = false
           if (outcome?._tag === "Lost")
             yield* Effect.logWarning("lost lease; stopping leader work", outcome.reason)
           else if (outcome?._tag === "Died")
@@ -432,6 +442,7 @@ export const makeLeaderElector = (
           else yield* Effect.logInfo("shutting down: stopping leader work, then releasing the lease")
           yield* Fiber.interrupt(leadingFiber)
           yield* Scope.close(leadScope, Exit.void)
+          leader = false
           yield* Fiber.interrupt(renewFiber)
 
           if (outcome?._tag === "Lost") {

@@ -48,6 +48,8 @@ export interface MemberDeps {
   readonly globalLimit: Semaphore.Semaphore
   readonly timings: MemberTimings
   readonly metrics?: FleetMetrics
+  /** Drain grace when the member stops now: shorter once the lease is lost (see hub.ts). */
+  readonly drainGraceMs?: () => number
 }
 
 export interface MemberSpec {
@@ -172,7 +174,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,
     runningPollMs: timings.runningPollMs,
-    drainGraceMs: timings.drainGraceMs,
+    drainGraceMs: deps.drainGraceMs ?? timings.drainGraceMs,
     ...(metrics
       ? {
           controllerHooks: metrics.controllerHooks("backupcheck"),

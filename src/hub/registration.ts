@@ -29,6 +29,7 @@ export interface RegistrationOptions {
   readonly globalLimit: Semaphore.Semaphore
   readonly members: Map<string, MemberEntry>
   readonly metrics?: FleetMetrics
+  readonly drainGraceMs?: () => number
   /** Who writes Events (the hub's identity). */
   readonly reportingInstance: string
 }
