@@ -257,6 +257,58 @@ describe("BackupCheck controller on a real cluster", () => {
     expect(jobs.map((j) => j.metadata.labels["fleetcheck.io/run"]).sort()).toEqual(["g1", "g2"])
   })
 
+  it("keeps only the history limit of finished Jobs; the status stays the record", async () => {
+    await create(checkManifest("history", { spec: { successfulRunsHistoryLimit: 1 } }))
+    await waitVerdict("history", "True")
+    for (const backup of ["history-b", "history-c"]) {
+      const patched = await c.kubectl([
+        "patch",
+        "-n",
+        ns,
+        "backupcheck/history",
+        "--type=merge",
+        "-p",
+        JSON.stringify({ spec: { backup: { name: backup } } }),
+      ])
+      expect(patched.code, patched.stderr).toBe(0)
+      await waitUntil(`run for ${backup}`, 60_000, async () => {
+        const o = await get("history")
+        return (
+          o.status?.lastRun?.runID === `g${o.metadata.generation}` && o.status.lastRun.result === "Succeeded"
+        )
+      })
+    }
+    await waitUntil("older Jobs pruned", 30_000, async () => {
+      const jobs = (await jobsOf("history")).filter((j) => !j.metadata.deletionTimestamp)
+      return jobs.length === 1 && jobs[0].metadata.labels["fleetcheck.io/run"] === "g3"
+    })
+    const obj = await get("history")
+    expect(verified(obj)).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+  })
+
+  it("a suspended check creates no Job and says Suspended", async () => {
+    await create(checkManifest("paused", { spec: { suspend: true } }))
+    const obj = await waitUntil("Suspended", 30_000, async () => {
+      const o = await get("paused")
+      return verified(o)?.reason === "Suspended" ? o : undefined
+    })
+    expect(verified(obj).status).toBe("Unknown")
+    await sleep(2_000)
+    expect(await jobsOf("paused")).toHaveLength(0)
+  })
+
+  it("turns Verified=False (VerificationStale) when the last success is older than maxStaleness", async () => {
+    // The schedule's next slot is hours away: after the first run, only staleness can change the verdict.
+    await create(checkManifest("stale", { spec: { schedule: "0 3 * * *", maxStaleness: "8s" } }))
+    await waitVerdict("stale", "True")
+    const obj = await waitUntil("VerificationStale", 30_000, async () => {
+      const o = await get("stale")
+      return verified(o)?.reason === "VerificationStale" ? o : undefined
+    })
+    expect(verified(obj).status).toBe("False")
+    expect(verified(obj).message).toMatch(/older than maxStaleness 8s/)
+  })
+
   it("deleting a check with a running Job removes the Job and the finalizer", async () => {
     await create(checkManifest("doomed", { annotations: { "fleetcheck.io/simulate": "hang" } }))
     await waitUntil("the doomed Job to exist", 30_000, async () => (await jobsOf("doomed")).length === 1)
