@@ -112,6 +112,10 @@ export const parseHubFlags = (args: ReadonlyArray<string>, env: NodeJS.ProcessEn
 }
 
 export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number> => {
+  if (args.includes("--help") || args.includes("-h")) {
+    process.stdout.write(`Usage: fleetcheck hub [flags]\n\n${hubUsage}\n`)
+    return 0
+  }
   const f = parseHubFlags(args, process.env)
   const kc = new KubeConfig()
   if (f.kubeconfig) kc.loadFromFile(f.kubeconfig)
