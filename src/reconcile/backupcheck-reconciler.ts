@@ -22,6 +22,7 @@ import {
 import { type Condition, setStatusCondition } from "../api/condition.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
 import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
+import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
 import { renderRestoreJob, traceparentFor } from "./restore-job.ts"
 import { dueRun, jobNameFor, parseDuration } from "./schedule.ts"
@@ -276,6 +277,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const run = (due.run ?? initialRun)!
       const jobName = jobNameFor(check.metadata.name, run.runID)
       const { traceID, traceparent } = traceparentFor(check.metadata.uid, run.runID)
+      // Every reconcile that works on a run links to the run's own trace.
+      yield* linkToTraceparent(traceparent, { "fleetcheck.run.id": run.runID })
       const recorded = status.lastRun?.runID === run.runID ? status.lastRun : undefined
       // A finished run whose Job was pruned stays finished: the status is the record.
       if (
@@ -373,7 +376,33 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       })
       const stale = applyStaleness(check, next, now)
       const wrote = yield* writeStatus(check, stale.status)
-      if (wrote) yield* Effect.logInfo("restore finished", outcome.phase, outcome.reason)
+      if (wrote) {
+        yield* Effect.logInfo("restore finished", outcome.phase, outcome.reason)
+        // The verification span covers the Job's lifetime inside the run's trace, next to the spans the
+        // restore tool emits under the same TRACEPARENT. Recorded once: by whoever wrote the verdict.
+        const parent = spanContextFromTraceparent(traceparent)
+        const start = new Date(recorded.startTime)
+        const end = new Date(outcome.completionTime ?? iso(now))
+        if (parent && !Number.isNaN(start.getTime()) && !Number.isNaN(end.getTime())) {
+          yield* recordSpan({
+            name: "verification",
+            parent,
+            startTime: start,
+            endTime: end < start ? start : end,
+            attributes: {
+              "k8s.cluster.name": cluster,
+              "k8s.namespace.name": ns,
+              "k8s.job.name": jobName,
+              "fleetcheck.check.name": check.metadata.name,
+              "fleetcheck.run.id": run.runID,
+              "fleetcheck.backup.name": spec.backup.name,
+              "fleetcheck.result": outcome.phase,
+              "fleetcheck.reason": outcome.reason,
+            },
+            ...(outcome.phase === "Failed" ? { error: `${outcome.reason}: ${outcome.message}` } : {}),
+          })
+        }
+      }
       yield* pruneHistory(check, "")
       return requeueAt(now, due.nextRunTime, stale.deadline)
     })
