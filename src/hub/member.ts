@@ -226,12 +226,20 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   })
   yield* Effect.forkScoped(probeLoop)
 
+  const restartsSeen = new Map<string, number>()
   const statusLoop = Effect.gen(function* () {
     while (true) {
-      yield* syncMemberCluster(deps.hubClient, entry).pipe(
-        Effect.catch((e) => Effect.logWarning("writing MemberCluster status failed; retrying", String(e))),
-      )
       metrics?.setMemberReady(entry.name, entry.synced)
+      metrics?.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
+      metrics?.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
+      for (const [resource, informer] of [
+        ["backupchecks.fleetcheck.io", engine.checks],
+        ["jobs.batch", engine.jobs],
+      ] as const) {
+        const seen = restartsSeen.get(resource) ?? 0
+        for (let i = seen; i < informer.watchRestarts; i++) metrics?.incInformerRestarts(entry.name, resource)
+        restartsSeen.set(resource, informer.watchRestarts)
+      }
       for (const c of engine.checks.store.list()) {
         const v = (c.status?.conditions ?? []).find((x) => x.type === "Verified")
         const reachable = entry.engineRunning && entry.probe.connected === true
@@ -243,6 +251,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
           c.status?.lastSuccessfulTime ? new Date(c.status.lastSuccessfulTime) : undefined,
         )
       }
+      // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
+      yield* syncMemberCluster(deps.hubClient, entry).pipe(
+        Effect.catch((e) => Effect.logWarning("writing MemberCluster status failed; retrying", String(e))),
+      )
       yield* Effect.sleep(timings.statusIntervalMs)
     }
   })

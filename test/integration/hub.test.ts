@@ -194,6 +194,38 @@ describe("hub with three members", () => {
         message: expect.stringContaining("restore failed: disk full"),
       }),
     ])
+    // Prometheus exposition, parsed: the series for these members exist and have moved.
+    const text = await (await fetch(`${hub.url}/metrics`)).text()
+    const sample = (name: string, labels: Record<string, string>) => {
+      for (const line of text.split("\n")) {
+        const m = /^([a-z_:]+)\{(.*)\} (\S+)$/.exec(line)
+        if (!m || m[1] !== name) continue
+        const got = Object.fromEntries([...m[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]))
+        if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[3])
+      }
+      return undefined
+    }
+    expect(
+      sample("controller_runtime_reconcile_total", {
+        cluster: "m1",
+        controller: "backupcheck",
+        result: "requeue_after",
+      }),
+    ).toBeGreaterThan(0)
+    expect(sample("workqueue_adds_total", { cluster: "m1" })).toBeGreaterThan(0)
+    expect(sample("fleetcheck_member_cluster_connected", { cluster: "m2" })).toBe(1)
+    expect(
+      sample("fleetcheck_backupcheck_verified", { cluster: "m3", namespace: ns, name: "db-nightly" }),
+    ).toBe(1)
+    expect(
+      sample("fleetcheck_backupcheck_verified", { cluster: "m3", namespace: ns, name: "db-broken" }),
+    ).toBe(0)
+    expect(
+      sample("fleetcheck_backupcheck_last_success_timestamp_seconds", { cluster: "m1", name: "db-nightly" }),
+    ).toBeGreaterThan(1.7e9)
+    expect(
+      sample("fleetcheck_informer_objects", { cluster: "m1", resource: "backupchecks.fleetcheck.io" }),
+    ).toBe(2)
     const ready = await fetch(`${hub.url}/readyz`)
     expect(ready.status).toBe(200)
   })
