@@ -15,6 +15,27 @@ const badge = (status: string) => {
   return `<span class="badge ${cls}">${text}</span>`
 }
 
+/** A cluster condition as a badge that names it ("Ready", "Not ready"), with the raw status on hover. */
+const conditionBadge = (status: string | undefined, yes: string, no: string) => {
+  const cls = status === "True" ? "ok" : status === "False" ? "bad" : "unknown"
+  const text = status === "True" ? yes : status === "False" ? no : "Unknown"
+  return `<span class="badge ${cls}" title="${esc(status ?? "Unknown")}">${text}</span>`
+}
+
+/**
+ * Kubernetes times (RFC 3339, UTC) as "2026-11-29 03:00:12 UTC", machine-readable in <time>; a narrow
+ * column wraps between the date and the time, never inside either.
+ */
+const time = (iso: string | undefined, none = "") => {
+  if (!iso) return none
+  const m = /^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.\d+)?Z$/.exec(iso)
+  return m
+    ? `<time datetime="${esc(iso)}"><span class="nowrap">${m[1]}</span> <span class="nowrap">${m[2]} UTC</span></time>`
+    : `<time datetime="${esc(iso)}">${esc(iso)}</time>`
+}
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`
+
 const condition = (conditions: FleetView["clusters"][number]["conditions"], type: string) =>
   conditions.find((c) => c.type === type)
 
@@ -32,11 +53,11 @@ export const renderDashboard = (view: FleetView, info: { leader: boolean; hub: s
       .map(([k, v]) => `${k}=${v}`)
       .join(", "),
   )}</div></td>
-  <td>${badge(ready?.status ?? "Unknown")}<div class="muted">${esc(ready?.reason)}</div></td>
-  <td>${badge(connected?.status ?? "Unknown")}<div class="muted">${esc(connected?.message)}</div></td>
-  <td>${badge(creds?.status ?? "Unknown")}<div class="muted">${esc(creds?.reason)}</div></td>
+  <td>${conditionBadge(ready?.status, "Ready", "Not ready")}<div class="muted">${esc(ready?.reason)}</div></td>
+  <td>${conditionBadge(connected?.status, "Connected", "Disconnected")}<div class="muted">${esc(connected?.message)}</div></td>
+  <td>${conditionBadge(creds?.status, "Valid", "Invalid")}<div class="muted">${esc(creds?.reason)}</div></td>
   <td class="num">${c.counts.verified} / ${c.counts.total}</td>
-  <td class="num">${c.counts.failed}</td>
+  <td class="num${c.counts.failed > 0 ? " bad-text" : ""}">${c.counts.failed}</td>
   <td class="num">${c.counts.unknown}</td>
   <td>${esc(c.kubernetesVersion)}</td>
 </tr>`
@@ -46,12 +67,12 @@ export const renderDashboard = (view: FleetView, info: { leader: boolean; hub: s
     .map(
       (c) => `<tr class="${c.status === "False" ? "row-bad" : c.status === "Unknown" ? "row-unknown" : ""}">
   <td>${badge(c.status)}</td>
-  <td>${esc(c.cluster)}</td>
-  <td>${esc(c.namespace)}/<strong>${esc(c.name)}</strong></td>
+  <td class="nowrap">${esc(c.cluster)}</td>
+  <td class="nowrap">${esc(c.namespace)}/<strong>${esc(c.name)}</strong></td>
   <td>${esc(c.reason)}<div class="msg">${esc(c.message)}</div></td>
-  <td>${esc(c.lastSuccessfulTime) || '<span class="muted">never</span>'}</td>
-  <td>${esc(c.nextRunTime)}</td>
-  <td><code>${esc(c.traceID)}</code></td>
+  <td>${time(c.lastSuccessfulTime, '<span class="muted">never</span>')}</td>
+  <td>${time(c.nextRunTime, '<span class="muted">—</span>')}</td>
+  <td class="nowrap"><code>${esc(c.traceID) || '<span class="muted">—</span>'}</code></td>
 </tr>`,
     )
     .join("\n")
@@ -72,28 +93,30 @@ export const renderDashboard = (view: FleetView, info: { leader: boolean; hub: s
   .badge { display: inline-block; padding: .05rem .45rem; border-radius: .6rem; font-size: .8rem; font-weight: 600; }
   .ok { background: #dcf5e3; color: #145c2c; } .bad { background: #fde0e0; color: #8a1010; } .unknown { background: #eceff3; color: #4a5563; }
   .row-bad { background: #fff6f6; } .row-unknown { background: #f8f9fb; }
-  .muted { color: #6a737d; font-size: .8rem; } .msg { color: #444; font-size: .85rem; max-width: 40rem; overflow-wrap: anywhere; }
-  code { font-size: .8rem; }
+  .muted { color: #6a737d; font-size: .8rem; } .msg { color: #444; font-size: .85rem; min-width: 16rem; max-width: 40rem; overflow-wrap: anywhere; }
+  .scroll { overflow-x: auto; }
+  code { font-size: .8rem; } .nowrap { white-space: nowrap; } .bad-text { color: #8a1010; font-weight: 600; }
   .summary { margin: .3rem 0 1rem; }
 </style>
 </head>
 <body>
 <h1>fleetcheck</h1>
-<p class="summary">${view.clusters.length} clusters · ${view.checks.length} checks · <strong>${failing} failing</strong> · ${unknown} unknown · generated ${esc(view.generatedAt)} by ${esc(info.hub)}${info.leader ? " (leader)" : " (standby)"}</p>
-<h2>Clusters</h2>
-<table>
+<p class="summary">${plural(view.clusters.length, "cluster")} · ${plural(view.checks.length, "check")} · <strong${failing > 0 ? ' class="bad-text"' : ""}>${failing} failing</strong> · ${unknown} unknown · generated ${time(view.generatedAt)} by ${esc(info.hub)}${info.leader ? " (leader)" : " (standby)"}</p>
+<nav class="filters"><a href="./">All checks</a> · <a href="./?failing=true">Failing or unknown only</a></nav>
+<h2 id="clusters">Clusters</h2>
+<div class="scroll"><table aria-labelledby="clusters">
 <thead><tr><th>Cluster</th><th>Ready</th><th>Connected</th><th>Credentials</th><th class="num">Verified</th><th class="num">Failing</th><th class="num">Unknown</th><th>Version</th></tr></thead>
 <tbody>
 ${clusters || '<tr><td colspan="8" class="muted">No member clusters registered.</td></tr>'}
 </tbody>
-</table>
-<h2>Backup checks (failing first)</h2>
-<table>
+</table></div>
+<h2 id="checks">Backup checks <span class="muted">(failing first)</span></h2>
+<div class="scroll"><table aria-labelledby="checks">
 <thead><tr><th>Verified</th><th>Cluster</th><th>Check</th><th>Reason</th><th>Last success</th><th>Next run</th><th>Trace id</th></tr></thead>
 <tbody>
 ${checks || '<tr><td colspan="7" class="muted">No BackupChecks yet.</td></tr>'}
 </tbody>
-</table>
+</table></div>
 </body>
 </html>
 `
