@@ -1,13 +1,14 @@
 // fleetcheck's command line. Each command lives in its own module; this file only dispatches.
 import { runDev } from "./dev.ts"
 import { hubUsage, runHubCommand } from "./hub.ts"
+import { registerUsage, runRegister, runUnregister } from "./register.ts"
 import { runStatus } from "./status.ts"
 
 const usage = `fleetcheck: proves that backups restore, across every cluster you run
 
 Usage:
   fleetcheck hub [flags]         run the hub (in-cluster config or KUBECONFIG)
-  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o json]
+${registerUsage}  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o json]
                                  the fleet at a glance; exits 1 when anything is failing or unknown
   fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
   fleetcheck help                this text
@@ -25,6 +26,10 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
       return runHubCommand(rest)
     case "status":
       return runStatus(rest)
+    case "register":
+      return runRegister(rest)
+    case "unregister":
+      return runUnregister(rest)
     case undefined:
     case "help":
     case "--help":

@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# The fleetcheck hub image. test/integration/deploy.test.ts runs these same steps outside Docker (every
+# RUN line as written, the stages in parallel as BuildKit does) and starts the result, so what is
+# shipped is what is tested. Keep RUN lines relative to WORKDIR and the base image tag exact: the test
+# checks that the tag's Node version is the one the tests run on (the `node` devDependency).
+
+FROM node:24.21.0-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: the `node` devDependency would download a second Node; the image's Node builds.
+RUN --mount=type=cache,target=/root/.npm npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+COPY clusters/local-fleet ./clusters/local-fleet
+RUN npm run build
+
+FROM node:24.21.0-bookworm-slim AS runtime
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+# Runtime dependencies only; no install scripts run (none is needed to load them).
+RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+COPY --from=build /app/dist ./dist
+# `fleetcheck register` applies the member manifests from deploy/ (found next to dist/).
+COPY deploy ./deploy
+# Non-root, numeric so Kubernetes can check runAsNonRoot (deploy/hub/deployment.yaml: runAsUser 65532).
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["node", "--enable-source-maps", "dist/src/cli/main.js"]
+CMD ["hub"]

@@ -1,0 +1,961 @@
+// deploy/ and the Dockerfile against a real API server. The manifests apply server-side; the hub's and
+// the member identity's RBAC is enough for what the hub does and nothing more (raw requests as each
+// ServiceAccount, then the real hub running under those tokens); and the Dockerfile's own steps, run
+// outside Docker, build an entrypoint that starts, leads and shuts down cleanly. One cluster plays hub
+// and member: the two identities are distinct ServiceAccounts, so neither's rights mask the other's.
+import { type ChildProcess, spawn } from "node:child_process"
+import {
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs"
+import { request } from "node:https"
+import { homedir, tmpdir } from "node:os"
+import { basename, dirname, join, posix, relative } from "node:path"
+import { KubeConfig } from "@kubernetes/client-node"
+import { Effect, Exit, Logger, Scope } from "effect"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { parseAllDocuments } from "yaml"
+import {
+  type LocalCluster,
+  type LocalFleet,
+  renderKubeconfig,
+  startFleet,
+} from "../../clusters/local-fleet/index.ts"
+import { runHub } from "../../src/hub/hub.ts"
+import { makeMetrics } from "../../src/observability/metrics.ts"
+import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
+import { fastTimings } from "../support/hub.ts"
+
+const repo = new URL("../../", import.meta.url).pathname
+const ns = "fleetcheck-system"
+const group = "/apis/fleetcheck.io/v1alpha1"
+const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
+  const deadline = Date.now() + timeoutMs
+  let last: unknown
+  while (Date.now() < deadline) {
+    const v = await probe().catch((e) => {
+      last = e
+      return undefined
+    })
+    if (v) return v
+    await sleep(200)
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ""}`)
+}
+
+interface Reply {
+  readonly status: number
+  readonly body: any
+}
+type Caller = (method: string, path: string, body?: unknown, contentType?: string) => Promise<Reply>
+
+/** Raw requests as a ServiceAccount: its bearer token and the cluster CA, nothing of the admin's. */
+const actAs =
+  (cluster: LocalCluster, token: string): Caller =>
+  (method, path, body, contentType = "application/json") =>
+    new Promise((resolve, reject) => {
+      const payload = body === undefined ? undefined : JSON.stringify(body)
+      const req = request(
+        new URL(path, cluster.server),
+        {
+          method,
+          ca: cluster.caPem,
+          headers: {
+            authorization: `Bearer ${token}`,
+            accept: "application/json",
+            // An explicit length: Node sends a DELETE body unchunked, and without it the body would
+            // be read as the next request on the kept-alive socket.
+            ...(payload ? { "content-type": contentType, "content-length": Buffer.byteLength(payload) } : {}),
+          },
+          timeout: 10_000,
+        },
+        (res) => {
+          let text = ""
+          res.setEncoding("utf8")
+          res.on("data", (c: string) => {
+            text += c
+          })
+          res.on("end", () => {
+            let parsed: unknown = text
+            try {
+              parsed = text ? JSON.parse(text) : undefined
+            } catch {
+              // A watch stream is several JSON documents; the status code is what these tests read.
+            }
+            resolve({ status: res.statusCode ?? 0, body: parsed })
+          })
+        },
+      )
+      req.once("timeout", () => req.destroy(new Error(`${method} ${path}: timeout`)))
+      req.once("error", reject)
+      if (payload) req.write(payload)
+      req.end()
+    })
+
+const tokenFor = async (cluster: LocalCluster, serviceAccount: string) => {
+  const r = await cluster.api("POST", `/api/v1/namespaces/${ns}/serviceaccounts/${serviceAccount}/token`, {
+    apiVersion: "authentication.k8s.io/v1",
+    kind: "TokenRequest",
+    spec: { expirationSeconds: 3600 },
+  })
+  if (r.status !== 201)
+    throw new Error(`TokenRequest for ${serviceAccount}: ${r.status} ${JSON.stringify(r.body)}`)
+  return r.body.status.token as string
+}
+
+/** Each call must get `status`; on a mismatch the message names the request and the API's answer. */
+const expectAll = async (
+  caller: Caller,
+  status: number,
+  calls: ReadonlyArray<readonly [string, string, unknown?, string?]>,
+) => {
+  const wrong: string[] = []
+  for (const [method, path, body, contentType] of calls) {
+    const r = await caller(method, path, body, contentType)
+    if (r.status !== status) wrong.push(`${method} ${path} → ${r.status} ${r.body?.message ?? ""}`)
+  }
+  expect(wrong, `expected ${status} for every call`).toEqual([])
+}
+
+const watch = (path: string) => `${path}${path.includes("?") ? "&" : "?"}watch=true&timeoutSeconds=1`
+
+const backupCheck = (name: string, namespace: string) => ({
+  apiVersion: "fleetcheck.io/v1alpha1",
+  kind: "BackupCheck",
+  metadata: { name, namespace },
+  spec: {
+    backup: { name: `${name}-backup` },
+    jobTemplate: { spec: { template: { spec: { containers: [{ name: "restore", image: "restore:1" }] } } } },
+  },
+})
+
+const job = (name: string, owner?: { name: string; uid: string }) => ({
+  apiVersion: "batch/v1",
+  kind: "Job",
+  metadata: {
+    name,
+    labels: { "fleetcheck.io/backupcheck": owner?.name ?? name },
+    ...(owner
+      ? {
+          ownerReferences: [
+            {
+              apiVersion: "fleetcheck.io/v1alpha1",
+              kind: "BackupCheck",
+              ...owner,
+              controller: true,
+              blockOwnerDeletion: true,
+            },
+          ],
+        }
+      : {}),
+  },
+  spec: {
+    template: { spec: { restartPolicy: "Never", containers: [{ name: "restore", image: "restore:1" }] } },
+  },
+})
+
+const yamlDocs = (file: string) =>
+  parseAllDocuments(readFileSync(join(repo, file), "utf8")).map((d) => d.toJS() as any)
+
+describe("deploy/: manifests, RBAC and image", () => {
+  let fleet: LocalFleet
+  let c: LocalCluster
+  let hubToken: string
+  let memberToken: string
+  const applies: Record<string, { code: number; stdout: string; stderr: string }> = {}
+  const cleanups: Array<() => Promise<void>> = []
+
+  beforeAll(async () => {
+    fleet = await startFleet({ clusters: [{ name: "hub", workloads: false, controllerManager: true }] })
+    c = fleet.cluster("hub")
+    for (const dir of ["deploy/hub", "deploy/member"]) {
+      applies[dir] = await c.kubectl(["apply", "--server-side", "-k", join(repo, dir)])
+      if (applies[dir].code !== 0) throw new Error(`kubectl apply -k ${dir}: ${applies[dir].stderr}`)
+    }
+    const established = await c.kubectl([
+      "wait",
+      "--for=condition=Established",
+      "--timeout=30s",
+      "crd/memberclusters.fleetcheck.io",
+      "crd/backupchecks.fleetcheck.io",
+    ])
+    if (established.code !== 0) throw new Error(`CRDs not established: ${established.stderr}`)
+    for (const name of ["shop", "team-a", "team-b"])
+      await c.api("POST", "/api/v1/namespaces", { metadata: { name } })
+    hubToken = await tokenFor(c, "fleetcheck-hub")
+    memberToken = await tokenFor(c, "fleetcheck-hub-identity")
+  })
+
+  afterAll(async () => {
+    for (const f of cleanups.reverse()) await f().catch(() => undefined)
+    await fleet?.stop()
+  })
+
+  it("applies server-side and again without conflict; the hub Pod passes Pod Security 'restricted'", async () => {
+    for (const [dir, r] of Object.entries(applies)) {
+      expect(r.stderr, `${dir} warnings`).not.toMatch(/warning|PodSecurity/i)
+    }
+    const again = await c.kubectl(["apply", "--server-side", "-k", join(repo, "deploy/hub")])
+    expect(again.code, again.stderr).toBe(0)
+
+    // The namespace enforces "restricted": a Pod from the Deployment's template is admitted (dry run),
+    // while a root one is refused, so the admission really looked.
+    const deployment = (await c.api("GET", `/apis/apps/v1/namespaces/${ns}/deployments/fleetcheck-hub`)).body
+    const pod = (spec: unknown) => ({
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: "template-check", namespace: ns },
+      spec,
+    })
+    const admitted = await c.api(
+      "POST",
+      `/api/v1/namespaces/${ns}/pods?dryRun=All`,
+      pod(deployment.spec.template.spec),
+    )
+    expect(admitted.status, JSON.stringify(admitted.body)).toBe(201)
+    const rootSpec = { containers: [{ name: "root", image: "x", securityContext: { runAsUser: 0 } }] }
+    expect((await c.api("POST", `/api/v1/namespaces/${ns}/pods?dryRun=All`, pod(rootSpec))).status).toBe(403)
+
+    // Each side gets its own CRD only, and the hub reads Secrets through a Role, never a ClusterRole.
+    const built = async (dir: string) => {
+      const r = await c.kubectl(["kustomize", join(repo, dir)])
+      expect(r.code, r.stderr).toBe(0)
+      return parseAllDocuments(r.stdout).map((d) => d.toJS() as any)
+    }
+    const hubObjects = await built("deploy/hub")
+    const memberObjects = await built("deploy/member")
+    const crds = (objs: any[]) =>
+      objs.filter((o) => o.kind === "CustomResourceDefinition").map((o) => o.metadata.name)
+    expect(crds(hubObjects)).toEqual(["memberclusters.fleetcheck.io"])
+    expect(crds(memberObjects)).toEqual(["backupchecks.fleetcheck.io"])
+    const grantsSecrets = (o: any) => (o.rules ?? []).some((r: any) => r.resources?.includes("secrets"))
+    expect(hubObjects.filter((o) => o.kind === "ClusterRole" && grantsSecrets(o))).toEqual([])
+    expect(
+      [...hubObjects, ...memberObjects].filter((o) => o.kind === "Role" && grantsSecrets(o)).length,
+    ).toBe(1)
+
+    // The namespaced variant grants exactly what the cluster-wide one does.
+    const [clusterRole] = yamlDocs("deploy/member/clusterrole.yaml")
+    const [role, binding] = yamlDocs("deploy/member/role.yaml")
+    expect(role.rules).toEqual(clusterRole.rules)
+    expect(role.metadata.namespace, "role.yaml is applied with -n").toBeUndefined()
+    expect(binding.subjects).toEqual([
+      { kind: "ServiceAccount", name: "fleetcheck-hub-identity", namespace: ns },
+    ])
+  })
+
+  it("the hub identity can do everything the hub does in its cluster", async () => {
+    const hub = actAs(c, hubToken)
+    const secrets = `/api/v1/namespaces/${ns}/secrets?labelSelector=fleetcheck.io%2Fkubeconfig%3Dtrue`
+    await expectAll(hub, 200, [
+      ["GET", secrets],
+      ["GET", watch(secrets)],
+      ["GET", "/version"],
+    ])
+
+    const created = await hub("POST", leasePath, {
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name: "fleetcheck-hub" },
+      spec: { holderIdentity: "rbac-check", leaseDurationSeconds: 1 },
+    })
+    expect(created.status, JSON.stringify(created.body)).toBe(201)
+    const got = await hub("GET", `${leasePath}/fleetcheck-hub`)
+    expect(got.status).toBe(200)
+    const updated = await hub("PUT", `${leasePath}/fleetcheck-hub`, {
+      ...got.body,
+      spec: { ...got.body.spec, holderIdentity: "" },
+    })
+    expect(updated.status, JSON.stringify(updated.body)).toBe(200)
+    // The real hub (below) must create its Lease itself.
+    await c.api("DELETE", `${leasePath}/fleetcheck-hub`)
+
+    const mc = `${group}/memberclusters/rbac-check`
+    const mcCreated = await hub("POST", `${group}/memberclusters`, {
+      apiVersion: "fleetcheck.io/v1alpha1",
+      kind: "MemberCluster",
+      metadata: { name: "rbac-check" },
+      spec: {},
+    })
+    expect(mcCreated.status, JSON.stringify(mcCreated.body)).toBe(201)
+    const merge = "application/merge-patch+json"
+    await expectAll(hub, 200, [
+      ["GET", mc],
+      ["PATCH", mc, { metadata: { labels: { env: "test" } } }, merge],
+      ["PATCH", `${mc}/status`, { status: { kubernetesVersion: "v1.37.2" } }, merge],
+      ["DELETE", mc],
+    ])
+
+    const event = await hub("POST", `/apis/events.k8s.io/v1/namespaces/${ns}/events`, {
+      apiVersion: "events.k8s.io/v1",
+      kind: "Event",
+      metadata: { name: "rbac-check.1", namespace: ns },
+      eventTime: new Date().toISOString().replace("Z", "000Z"),
+      reportingController: "fleetcheck.io/hub",
+      reportingInstance: "rbac-check",
+      action: "Register",
+      reason: "MemberEngaged",
+      type: "Normal",
+      note: "rbac check",
+      regarding: { apiVersion: "v1", kind: "Secret", namespace: ns, name: "rbac-check" },
+    })
+    expect(event.status, JSON.stringify(event.body)).toBe(201)
+  })
+
+  it("the hub identity can do nothing more: no Secret outside its namespace, no Job, no other Lease", async () => {
+    const hub = actAs(c, hubToken)
+    const anyObject = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "x" } }
+    await expectAll(hub, 403, [
+      ["GET", "/api/v1/secrets"],
+      ["GET", "/api/v1/namespaces/kube-system/secrets"],
+      ["GET", "/api/v1/namespaces/default/secrets"],
+      ["GET", watch("/api/v1/namespaces/default/secrets")],
+      ["GET", "/api/v1/namespaces/kube-system/secrets/anything"],
+      // In its own namespace: read through the informer only, never written.
+      ["GET", `/api/v1/namespaces/${ns}/secrets/anything`],
+      ["POST", `/api/v1/namespaces/${ns}/secrets`, { ...anyObject, kind: "Secret" }],
+      ["DELETE", `/api/v1/namespaces/${ns}/secrets/anything`],
+      ["POST", `/apis/batch/v1/namespaces/${ns}/jobs`, job("x")],
+      ["POST", "/apis/batch/v1/namespaces/shop/jobs", job("x")],
+      ["POST", `/api/v1/namespaces/${ns}/pods`, { ...anyObject, kind: "Pod" }],
+      ["GET", `${leasePath}/some-other-lease`],
+      ["PUT", `${leasePath}/some-other-lease`, { ...anyObject, kind: "Lease" }],
+      ["DELETE", `${leasePath}/fleetcheck-hub`],
+      ["POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", { ...anyObject, kind: "Lease" }],
+      ["POST", "/apis/events.k8s.io/v1/namespaces/default/events", { ...anyObject, kind: "Event" }],
+      ["GET", `${group}/memberclusters`],
+      ["PUT", `${group}/memberclusters/x`, { ...anyObject, kind: "MemberCluster" }],
+      ["GET", `${group}/backupchecks`],
+      ["GET", "/api/v1/namespaces/shop/configmaps"],
+      ["POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", { ...anyObject, kind: "ClusterRole" }],
+    ])
+  })
+
+  it("the member identity can do everything the hub does in a member, and nothing more", async () => {
+    const member = actAs(c, memberToken)
+    const created = await c.api("POST", `${group}/namespaces/shop/backupchecks`, backupCheck("rbac", "shop"))
+    expect(created.status, JSON.stringify(created.body)).toBe(201)
+    const check = `${group}/namespaces/shop/backupchecks/rbac`
+    const merge = "application/merge-patch+json"
+    const jobs = "/apis/batch/v1/jobs?labelSelector=fleetcheck.io%2Fbackupcheck"
+    await expectAll(member, 200, [
+      ["GET", `${group}/backupchecks`],
+      ["GET", watch(`${group}/backupchecks`)],
+      ["PATCH", check, { metadata: { finalizers: ["fleetcheck.io/cleanup"] } }, merge],
+      ["PATCH", `${check}/status`, { status: { observedGeneration: 1 } }, merge],
+      [
+        "PATCH",
+        check,
+        [
+          { op: "test", path: "/metadata/finalizers", value: ["fleetcheck.io/cleanup"] },
+          { op: "replace", path: "/metadata/finalizers", value: [] },
+        ],
+        "application/json-patch+json",
+      ],
+      ["GET", jobs],
+      ["GET", watch(jobs)],
+      ["GET", "/api/v1/namespaces/shop/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Drbac-1"],
+      ["GET", "/version"],
+    ])
+    const restore = await member(
+      "POST",
+      "/apis/batch/v1/namespaces/shop/jobs",
+      job("rbac-1", { name: "rbac", uid: created.body.metadata.uid }),
+    )
+    expect(restore.status, JSON.stringify(restore.body)).toBe(201)
+    const deleted = await member("DELETE", "/apis/batch/v1/namespaces/shop/jobs/rbac-1", {
+      apiVersion: "v1",
+      kind: "DeleteOptions",
+      propagationPolicy: "Background",
+    })
+    expect(deleted.status, JSON.stringify(deleted.body)).toBe(200)
+    // No request exercises this one: admission checks it for blockOwnerDeletion where enabled.
+    const review = await member("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+      apiVersion: "authorization.k8s.io/v1",
+      kind: "SelfSubjectAccessReview",
+      spec: {
+        resourceAttributes: {
+          group: "fleetcheck.io",
+          resource: "backupchecks",
+          subresource: "finalizers",
+          verb: "update",
+          namespace: "shop",
+        },
+      },
+    })
+    expect(review.body?.status?.allowed, `${review.status} ${JSON.stringify(review.body)}`).toBe(true)
+
+    const anyObject = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "x" } }
+    await expectAll(member, 403, [
+      ["GET", "/api/v1/secrets"],
+      ["GET", "/api/v1/namespaces/shop/secrets"],
+      ["GET", `/api/v1/namespaces/${ns}/secrets`],
+      ["GET", "/api/v1/namespaces/shop/secrets/anything"],
+      // The hub never creates, replaces or deletes a BackupCheck: their owners do.
+      ["POST", `${group}/namespaces/shop/backupchecks`, backupCheck("x", "shop")],
+      ["PUT", check, created.body],
+      ["DELETE", check],
+      ["PATCH", "/apis/batch/v1/namespaces/shop/jobs/rbac-1", {}, merge],
+      ["GET", "/apis/batch/v1/namespaces/shop/jobs/rbac-1"],
+      ["POST", "/api/v1/namespaces/shop/pods", { ...anyObject, kind: "Pod" }],
+      ["GET", "/api/v1/namespaces/shop/pods/anything/log"],
+      ["POST", "/apis/batch/v1/namespaces/shop/cronjobs", { ...anyObject, kind: "CronJob" }],
+      ["GET", "/api/v1/namespaces/shop/configmaps"],
+      ["GET", `${group}/memberclusters`],
+      ["POST", `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`, { ...anyObject, kind: "Lease" }],
+    ])
+    await c.api("DELETE", check)
+  })
+
+  it("role.yaml scopes a member identity to the namespaces it is applied in", async () => {
+    // A second ServiceAccount bound by role.yaml alone: the cluster-wide binding would mask the test.
+    await c.api("POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: "scoped-identity" } })
+    const roleYaml = readFileSync(join(repo, "deploy/member/role.yaml"), "utf8").replaceAll(
+      "name: fleetcheck-hub-identity",
+      "name: scoped-identity",
+    )
+    const applied = await c.kubectl(["apply", "--server-side", "-n", "team-a", "-f", "-"], roleYaml)
+    expect(applied.code, applied.stderr).toBe(0)
+    const scoped = actAs(c, await tokenFor(c, "scoped-identity"))
+    const created = await c.api(
+      "POST",
+      `${group}/namespaces/team-a/backupchecks`,
+      backupCheck("scoped", "team-a"),
+    )
+    expect(created.status).toBe(201)
+    const check = `${group}/namespaces/team-a/backupchecks/scoped`
+    const merge = "application/merge-patch+json"
+    await expectAll(scoped, 200, [
+      ["GET", `${group}/namespaces/team-a/backupchecks`],
+      ["GET", watch(`${group}/namespaces/team-a/backupchecks`)],
+      ["PATCH", check, { metadata: { labels: { touched: "yes" } } }, merge],
+      ["PATCH", `${check}/status`, { status: { observedGeneration: 1 } }, merge],
+      ["GET", "/apis/batch/v1/namespaces/team-a/jobs"],
+      ["GET", watch("/apis/batch/v1/namespaces/team-a/jobs")],
+      ["GET", "/api/v1/namespaces/team-a/pods"],
+    ])
+    expect((await scoped("POST", "/apis/batch/v1/namespaces/team-a/jobs", job("scoped-1"))).status).toBe(201)
+    expect((await scoped("DELETE", "/apis/batch/v1/namespaces/team-a/jobs/scoped-1")).status).toBe(200)
+    await expectAll(scoped, 403, [
+      ["GET", `${group}/backupchecks`],
+      ["GET", "/apis/batch/v1/jobs"],
+      ["GET", `${group}/namespaces/team-b/backupchecks`],
+      ["POST", "/apis/batch/v1/namespaces/team-b/jobs", job("scoped-2")],
+      ["GET", "/api/v1/namespaces/team-b/pods"],
+      ["GET", "/api/v1/namespaces/team-a/secrets"],
+    ])
+  })
+
+  it("the real hub runs under the hub identity and reconciles a member under the member identity", async () => {
+    const logs: string[] = []
+    const capture = Logger.make((o) => {
+      logs.push(
+        `${o.logLevel} ${Array.isArray(o.message) ? o.message.map(String).join(" ") : String(o.message)}`,
+      )
+    })
+    const kubeConfig = new KubeConfig()
+    kubeConfig.loadFromString(renderKubeconfig("hub", c.server, c.caPem, hubToken))
+    const secret = {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name: "self", namespace: ns, labels: { "fleetcheck.io/kubeconfig": "true", env: "test" } },
+      data: {
+        kubeconfig: Buffer.from(renderKubeconfig("self", c.server, c.caPem, memberToken)).toString("base64"),
+      },
+    }
+    expect((await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, secret)).status).toBe(201)
+
+    const scope = Effect.runSync(Scope.make())
+    let stopped: Promise<void> | undefined
+    const stop = () => {
+      stopped ??= Effect.runPromise(Scope.close(scope, Exit.void))
+      return stopped
+    }
+    cleanups.push(stop)
+    const identity = "deploy-test-hub"
+    const hub = await Effect.runPromise(
+      runHub({
+        hubKubeConfig: kubeConfig,
+        namespace: ns,
+        policy: defaultPolicy,
+        timings: fastTimings,
+        maxConcurrentReconciles: 8,
+        http: { host: "127.0.0.1", port: 0 },
+        leaderElection: {
+          enabled: true,
+          leaseDurationMs: 15_000,
+          renewDeadlineMs: 10_000,
+          retryPeriodMs: 2_000,
+        },
+        identity,
+        metrics: makeMetrics(),
+      }).pipe(Scope.provide(scope), Effect.provide(Logger.layer([capture]))),
+    )
+    const url = `http://127.0.0.1:${hub.port}`
+    const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((x: any) => x.type === type)
+    try {
+      await waitUntil("the hub to hold the Lease", 20_000, async () => {
+        const lease = await c.api("GET", `${leasePath}/fleetcheck-hub`)
+        return lease.body?.spec?.holderIdentity === identity
+      })
+      await waitUntil("MemberCluster self Ready and Connected", 30_000, async () => {
+        const mc = (await c.api("GET", `${group}/memberclusters/self`)).body
+        return (
+          cond(mc, "Ready")?.status === "True" &&
+          cond(mc, "Connected")?.status === "True" &&
+          mc.metadata.labels.env === "test"
+        )
+      })
+      expect((await fetch(`${url}/readyz`)).status).toBe(200)
+      expect(((await (await fetch(`${url}/api/v1/fleet`)).json()) as any).leader).toBe(true)
+      const events = (await c.api("GET", `/apis/events.k8s.io/v1/namespaces/${ns}/events`)).body
+        .items as any[]
+      expect(events.some((e) => e.reason === "MemberEngaged" && e.regarding?.name === "self")).toBe(true)
+
+      // A check's whole life through the member identity: finalizer, restore Job, status, cleanup.
+      expect(
+        (await c.api("POST", `${group}/namespaces/shop/backupchecks`, backupCheck("nightly", "shop"))).status,
+      ).toBe(201)
+      const nightly = `${group}/namespaces/shop/backupchecks/nightly`
+      await waitUntil("the restore Job and the Verified condition", 30_000, async () => {
+        const bc = (await c.api("GET", nightly)).body
+        const jobs = await c.api(
+          "GET",
+          "/apis/batch/v1/namespaces/shop/jobs?labelSelector=fleetcheck.io%2Fbackupcheck%3Dnightly",
+        )
+        return (
+          bc.metadata.finalizers?.includes("fleetcheck.io/cleanup") &&
+          jobs.body.items.length === 1 &&
+          cond(bc, "Verified")
+        )
+      })
+      await c.api("DELETE", nightly)
+      await waitUntil("the check's cleanup", 30_000, async () => (await c.api("GET", nightly)).status === 404)
+
+      // Unregistration: the hub takes its finalizers off the member's checks and deletes the MemberCluster.
+      expect(
+        (await c.api("POST", `${group}/namespaces/shop/backupchecks`, backupCheck("kept", "shop"))).status,
+      ).toBe(201)
+      const kept = `${group}/namespaces/shop/backupchecks/kept`
+      await waitUntil("the finalizer on kept", 30_000, async () =>
+        (await c.api("GET", kept)).body.metadata.finalizers?.includes("fleetcheck.io/cleanup"),
+      )
+      await c.api("DELETE", `/api/v1/namespaces/${ns}/secrets/self`)
+      await waitUntil("disengagement", 30_000, async () => {
+        const mc = await c.api("GET", `${group}/memberclusters/self`)
+        const bc = (await c.api("GET", kept)).body
+        return mc.status === 404 && !(bc.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup")
+      })
+    } finally {
+      await stop()
+    }
+    const released = await c.api("GET", `${leasePath}/fleetcheck-hub`)
+    expect(released.body.spec.holderIdentity, "the lease is released on shutdown").toBe("")
+    expect(
+      logs.filter((l) => /forbidden|\b403\b/i.test(l)),
+      "no request of the hub was refused",
+    ).toEqual([])
+    expect(logs.some((l) => l.includes("became leader"))).toBe(true)
+  })
+
+  it("the Dockerfile's steps, run outside Docker, build an entrypoint that runs the hub", {
+    timeout: 300_000,
+  }, async () => {
+    const dockerfile = parseDockerfile(readFileSync(join(repo, "Dockerfile"), "utf8"))
+    const pkg = JSON.parse(readFileSync(join(repo, "package.json"), "utf8"))
+    // Pinned bases, and the Node the image ships is the one every test here runs on.
+    for (const stage of dockerfile) {
+      const m = /^node:(\d+\.\d+\.\d+)-[a-z]+-slim(@sha256:[0-9a-f]{64})?$/.exec(stage.image)
+      expect(m, `FROM ${stage.image} is pinned to an exact node version`).not.toBeNull()
+      expect(m?.[1]).toBe(process.versions.node)
+      expect(m?.[1]).toBe(pkg.devDependencies.node)
+    }
+    const work = mkdtempSync(join(tmpdir(), "fleetcheck-image-"))
+    cleanups.push(async () => rmSync(work, { recursive: true, force: true }))
+    const t0 = Date.now()
+    const built = await buildStages(dockerfile, { context: repo, work, npmCache: join(homedir(), ".npm") })
+    const buildSeconds = (Date.now() - t0) / 1000
+    const final = built.at(-1)!
+    for (const b of built) {
+      process.stderr.write(
+        `[image] stage ${b.name}: ${b.timings
+          .filter((t) => t.seconds >= 0.1)
+          .map((t) => `${t.step} ${t.seconds.toFixed(1)}s`)
+          .join(", ")}\n`,
+      )
+    }
+    process.stderr.write(`[image] build ${buildSeconds.toFixed(1)}s (stages in parallel)\n`)
+
+    // What the Deployment assumes of the image.
+    const deployment = yamlDocs("deploy/hub/deployment.yaml")[0]
+    const container = deployment.spec.template.spec.containers[0]
+    expect(final.user?.split(":")[0]).toBe(String(container.securityContext.runAsUser))
+    expect(final.entrypoint).toEqual(["node", "--enable-source-maps", "dist/src/cli/main.js"])
+    expect(final.cmd).toEqual(container.args)
+    const app = final.hostPath(final.workdir)
+    expect(existsSync(join(app, "deploy/member/clusterrole.yaml")), "register reads deploy/ at runtime").toBe(
+      true,
+    )
+    for (const dev of ["typescript", "vitest", "node", "@biomejs"]) {
+      expect(existsSync(join(app, "node_modules", dev)), `${dev} is not in the runtime stage`).toBe(false)
+    }
+
+    // The entrypoint as the image runs it (the image's `node` is this Node, checked above).
+    const entry = [process.execPath, ...final.entrypoint.slice(1)]
+    const env = {
+      ...final.env,
+      PATH: `${dirname(process.execPath)}:/usr/bin:/bin`,
+      HOME: final.hostPath("/root"),
+    }
+    const help = await runToEnd(entry, ["help"], app, env, 30_000)
+    expect(help.code, help.stderr).toBe(0)
+    expect(help.stdout).toContain("fleetcheck hub [flags]")
+
+    // `hub` under the hub identity: leads, is ready, and on SIGTERM releases the Lease and exits 0
+    // within the Pod's terminationGracePeriodSeconds.
+    const kubeconfigFile = join(work, "hub.kubeconfig")
+    writeFileSync(kubeconfigFile, renderKubeconfig("hub", c.server, c.caPem, hubToken), { mode: 0o600 })
+    const child = spawn(entry[0]!, [...entry.slice(1), ...final.cmd], {
+      cwd: app,
+      env: { ...env, KUBECONFIG: kubeconfigFile, FLEETCHECK_HTTP_ADDRESS: "127.0.0.1:0" },
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    const output = collect(child)
+    cleanups.push(async () => {
+      if (child.exitCode === null) child.kill("SIGKILL")
+    })
+    const serving = await waitUntil("the hub's serving log line", 30_000, async () => {
+      for (const line of output.stdout().split("\n")) {
+        const msg = tryJson(line)?.message
+        if (Array.isArray(msg) && msg[0] === "hub serving")
+          return { url: String(msg[1]), identity: String(msg[3]) }
+      }
+      if (child.exitCode !== null) throw new Error(`hub exited ${child.exitCode}: ${output.stderr()}`)
+      return undefined
+    })
+    await waitUntil("the built hub to hold the Lease", 20_000, async () => {
+      const lease = await c.api("GET", `${leasePath}/fleetcheck-hub`)
+      return lease.body?.spec?.holderIdentity === serving.identity
+    })
+    // The probes and port the Deployment uses are the ones the hub serves.
+    const address = container.env.find((e: any) => e.name === "FLEETCHECK_HTTP_ADDRESS").value
+    expect(address.split(":").at(-1)).toBe(String(container.ports[0].containerPort))
+    expect(container.readinessProbe.httpGet.port).toBe(container.ports[0].name)
+    for (const probe of [container.readinessProbe, container.livenessProbe]) {
+      expect((await fetch(`${serving.url}${probe.httpGet.path}`)).status).toBe(200)
+    }
+    const t1 = Date.now()
+    child.kill("SIGTERM")
+    const code = await new Promise<number | null>((resolve) => {
+      if (child.exitCode !== null) resolve(child.exitCode)
+      child.once("exit", (c) => resolve(c))
+    })
+    const stopSeconds = (Date.now() - t1) / 1000
+    process.stderr.write(`[image] SIGTERM to exit ${stopSeconds.toFixed(1)}s\n`)
+    expect(code, output.stderr()).toBe(0)
+    expect(stopSeconds).toBeLessThan(deployment.spec.template.spec.terminationGracePeriodSeconds)
+    expect((await c.api("GET", `${leasePath}/fleetcheck-hub`)).body.spec.holderIdentity).toBe("")
+    expect(`${output.stdout()}\n${output.stderr()}`).not.toMatch(/forbidden|\b403\b/i)
+  })
+})
+
+// ---- A Dockerfile, run without Docker ----
+// Only the instructions this project's Dockerfile uses are modelled; any other fails loudly, so a
+// change to the Dockerfile cannot silently stop being tested. Each stage gets its own root directory;
+// absolute container paths map into it; stages run in parallel and COPY --from waits, as in BuildKit.
+
+interface Instruction {
+  readonly op: string
+  readonly args: string
+  readonly line: number
+}
+
+interface Stage {
+  readonly name: string
+  readonly image: string
+  readonly steps: ReadonlyArray<Instruction>
+}
+
+interface BuiltStage {
+  readonly name: string
+  readonly workdir: string
+  readonly env: Record<string, string>
+  readonly user: string | undefined
+  readonly entrypoint: string[]
+  readonly cmd: string[]
+  readonly timings: Array<{ step: string; seconds: number }>
+  readonly hostPath: (containerPath: string) => string
+}
+
+const parseDockerfile = (text: string): Stage[] => {
+  const instructions: Instruction[] = []
+  let pending = ""
+  let start = 0
+  text.split("\n").forEach((raw, i) => {
+    const line = raw.trimEnd()
+    if (line.trimStart().startsWith("#") || (pending === "" && line.trim() === "")) return
+    if (pending === "") start = i + 1
+    if (line.endsWith("\\")) {
+      pending += `${line.slice(0, -1)} `
+      return
+    }
+    const full = pending + line
+    pending = ""
+    const m = /^\s*(\w+)\s+(.*)$/.exec(full)
+    if (!m) throw new Error(`Dockerfile line ${start}: cannot parse ${JSON.stringify(full)}`)
+    instructions.push({ op: m[1]!.toUpperCase(), args: m[2]!.trim(), line: start })
+  })
+  const stages: Array<{ name: string; image: string; steps: Instruction[] }> = []
+  for (const ins of instructions) {
+    if (ins.op === "FROM") {
+      const m = /^(\S+)(?:\s+AS\s+(\S+))?$/i.exec(ins.args)
+      if (!m) throw new Error(`Dockerfile line ${ins.line}: FROM ${ins.args}`)
+      stages.push({ name: m[2] ?? String(stages.length), image: m[1]!, steps: [] })
+    } else {
+      const stage = stages.at(-1)
+      if (!stage) throw new Error(`Dockerfile line ${ins.line}: ${ins.op} before FROM`)
+      stage.steps.push(ins)
+    }
+  }
+  return stages
+}
+
+/** .dockerignore semantics: the last pattern matching the path or one of its parents decides. */
+const dockerIgnored = (patterns: ReadonlyArray<string>, path: string): boolean => {
+  const toRegExp = (p: string) =>
+    new RegExp(
+      `^${p
+        .replace(/[.+^${}()|[\]\\]/g, "\\$&")
+        .replace(/\*\*/g, "\u0000")
+        .replace(/\*/g, "[^/]*")
+        .replace(/\?/g, "[^/]")
+        .replace(/\u0000/g, ".*")}$`,
+    )
+  const parts = path.split("/")
+  const prefixes = parts.map((_, i) => parts.slice(0, i + 1).join("/"))
+  let ignored = false
+  for (const raw of patterns) {
+    const negated = raw.startsWith("!")
+    const re = toRegExp(posix.normalize((negated ? raw.slice(1) : raw).replace(/^\/+/, "")))
+    if (prefixes.some((p) => re.test(p))) ignored = !negated
+  }
+  return ignored
+}
+
+const readDockerignore = (context: string) =>
+  existsSync(join(context, ".dockerignore"))
+    ? readFileSync(join(context, ".dockerignore"), "utf8")
+        .split("\n")
+        .map((l) => l.trim())
+        .filter((l) => l !== "" && !l.startsWith("#"))
+    : []
+
+const runToEnd = (
+  argv: ReadonlyArray<string>,
+  extra: ReadonlyArray<string>,
+  cwd: string,
+  env: Record<string, string>,
+  timeoutMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> =>
+  new Promise((resolve, reject) => {
+    const child = spawn(argv[0]!, [...argv.slice(1), ...extra], {
+      cwd,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    const out = collect(child)
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+    child.once("error", reject)
+    child.once("close", (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout: out.stdout(), stderr: out.stderr() })
+    })
+  })
+
+const collect = (child: ChildProcess) => {
+  let stdout = ""
+  let stderr = ""
+  child.stdout?.on("data", (d: Buffer) => {
+    stdout += d.toString()
+  })
+  child.stderr?.on("data", (d: Buffer) => {
+    stderr += d.toString()
+  })
+  return { stdout: () => stdout, stderr: () => stderr }
+}
+
+const tryJson = (line: string): any => {
+  try {
+    return JSON.parse(line)
+  } catch {
+    return undefined
+  }
+}
+
+const buildStages = async (
+  stages: ReadonlyArray<Stage>,
+  options: { readonly context: string; readonly work: string; readonly npmCache: string },
+): Promise<BuiltStage[]> => {
+  const ignore = readDockerignore(options.context)
+  const results = new Map<string, Promise<BuiltStage>>()
+  // The builder's network settings, as Docker passes proxies (build args) and a builder its npm config:
+  // nothing else of this environment leaks into the steps.
+  const networkEnv = Object.fromEntries(
+    Object.entries(process.env).filter(
+      ([k, v]) =>
+        v !== undefined &&
+        (/^(https?|no)_proxy$/i.test(k) ||
+          k === "NODE_EXTRA_CA_CERTS" ||
+          /^npm_config_(registry|cafile|ca|proxy|https_proxy|noproxy|strict_ssl)$/i.test(k)),
+    ),
+  ) as Record<string, string>
+
+  const buildStage = async (stage: Stage): Promise<BuiltStage> => {
+    await Promise.resolve()
+    const root = join(options.work, stage.name)
+    mkdirSync(join(root, "root"), { recursive: true })
+    const hostPath = (p: string) => join(root, p)
+    let workdir = "/"
+    const env: Record<string, string> = {}
+    let user: string | undefined
+    let entrypoint: string[] = []
+    let cmd: string[] = []
+    const timings: Array<{ step: string; seconds: number }> = []
+    const at = (ins: Instruction) => `Dockerfile line ${ins.line} (${ins.op} ${ins.args})`
+
+    for (const ins of stage.steps) {
+      const t0 = Date.now()
+      switch (ins.op) {
+        case "WORKDIR":
+          workdir = posix.resolve(workdir, ins.args)
+          mkdirSync(hostPath(workdir), { recursive: true })
+          break
+        case "ENV":
+          for (const pair of ins.args.split(/\s+/)) {
+            const m = /^([A-Za-z_][A-Za-z0-9_]*)=([^"'$]*)$/.exec(pair)
+            if (!m) throw new Error(`${at(ins)}: only unquoted KEY=value pairs are modelled`)
+            env[m[1]!] = m[2]!
+          }
+          break
+        case "COPY": {
+          const words = ins.args.split(/\s+/)
+          const flags = words.filter((w) => w.startsWith("--"))
+          const [dest, ...sourcesReversed] = words.filter((w) => !w.startsWith("--")).reverse()
+          const sources = sourcesReversed.reverse()
+          const from = flags.find((f) => f.startsWith("--from="))?.slice("--from=".length)
+          if (flags.some((f) => !f.startsWith("--from=")) || !dest || sources.length === 0) {
+            throw new Error(`${at(ins)}: only COPY [--from=stage] src... dest is modelled`)
+          }
+          const target = posix.resolve(workdir, dest)
+          const intoDir = dest.endsWith("/") || sources.length > 1
+          for (const src of sources) {
+            let hostSrc: string
+            let filter: (p: string) => boolean = () => true
+            if (from !== undefined) {
+              const other = results.get(from)
+              if (!other) throw new Error(`${at(ins)}: no stage ${from}`)
+              hostSrc = (await other).hostPath(posix.resolve("/", src))
+            } else {
+              if (dockerIgnored(ignore, posix.normalize(src))) {
+                throw new Error(`${at(ins)}: ${src} is excluded by .dockerignore, so docker build would fail`)
+              }
+              hostSrc = join(options.context, src)
+              filter = (p) => {
+                const rel = relative(options.context, p)
+                return rel === "" || !dockerIgnored(ignore, rel)
+              }
+            }
+            if (!existsSync(hostSrc)) throw new Error(`${at(ins)}: ${src} does not exist`)
+            const isDir = lstatSync(hostSrc).isDirectory()
+            const hostDest = hostPath(intoDir && !isDir ? posix.join(target, basename(src)) : target)
+            mkdirSync(isDir ? hostDest : dirname(hostDest), { recursive: true })
+            cpSync(hostSrc, hostDest, { recursive: true, filter })
+          }
+          break
+        }
+        case "RUN": {
+          const words = ins.args.split(/\s+/)
+          const mounts = words.filter((w) => w.startsWith("--mount="))
+          const command = ins.args.replace(/--mount=\S+\s*/g, "")
+          if (command.startsWith("[")) throw new Error(`${at(ins)}: exec-form RUN is not modelled`)
+          // A cache mount is a directory outside the image that persists across builds: the host's npm cache.
+          const links: string[] = []
+          for (const mount of mounts) {
+            const opts = Object.fromEntries(
+              mount
+                .slice("--mount=".length)
+                .split(",")
+                .map((kv) => kv.split("=")),
+            )
+            if (opts.type !== "cache" || opts.target !== "/root/.npm") {
+              throw new Error(`${at(ins)}: only --mount=type=cache,target=/root/.npm is modelled`)
+            }
+            const link = hostPath(opts.target)
+            mkdirSync(dirname(link), { recursive: true })
+            mkdirSync(options.npmCache, { recursive: true })
+            symlinkSync(options.npmCache, link)
+            links.push(link)
+          }
+          try {
+            const r = await runToEnd(
+              ["sh", "-c", command],
+              [],
+              hostPath(workdir),
+              // The image's Node and npm are first on PATH in the image; here, this Node.
+              {
+                ...networkEnv,
+                PATH: `${dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
+                HOME: hostPath("/root"),
+                ...env,
+              },
+              240_000,
+            )
+            if (r.code !== 0)
+              throw new Error(
+                `${at(ins)} exited ${r.code}:\n${r.stdout.slice(-4000)}\n${r.stderr.slice(-4000)}`,
+              )
+          } finally {
+            for (const link of links) unlinkSync(link)
+          }
+          break
+        }
+        case "USER":
+          user = ins.args
+          break
+        case "ENTRYPOINT":
+        case "CMD": {
+          // Exec form only: node is PID 1 and receives SIGTERM itself.
+          const argv = tryJson(ins.args)
+          if (!Array.isArray(argv)) throw new Error(`${at(ins)}: must be exec form (a JSON array)`)
+          if (ins.op === "ENTRYPOINT") entrypoint = argv
+          else cmd = argv
+          break
+        }
+        case "EXPOSE":
+        case "LABEL":
+          break
+        default:
+          throw new Error(`${at(ins)}: ${ins.op} is not modelled by this test; teach buildStages about it`)
+      }
+      timings.push({
+        step: `${ins.op} ${ins.args.replace(/--mount=\S+\s*/g, "")}`.slice(0, 60),
+        seconds: (Date.now() - t0) / 1000,
+      })
+    }
+    return { name: stage.name, workdir, env, user, entrypoint, cmd, timings, hostPath }
+  }
+
+  for (const stage of stages) results.set(stage.name, buildStage(stage))
+  return Promise.all(stages.map((s) => results.get(s.name)!))
+}
