@@ -133,7 +133,9 @@ const httpsJson = (
         headers: {
           authorization: `Bearer ${token}`,
           accept: "application/json",
-          ...(payload ? { "content-type": "application/json", "content-length": Buffer.byteLength(payload) } : {}),
+          ...(payload
+            ? { "content-type": "application/json", "content-length": Buffer.byteLength(payload) }
+            : {}),
         },
         timeout: 10_000,
       },
