@@ -29,7 +29,11 @@ const must = async (what: string, p: Promise<{ code: number; stderr: string }>) 
 }
 
 /** Registers a member the way an operator would: a labelled Secret holding its kubeconfig. */
-const register = async (hub: LocalCluster, member: LocalCluster, labels: Record<string, string>) => {
+export const registerWithSecret = async (
+  hub: LocalCluster,
+  member: LocalCluster,
+  labels: Record<string, string>,
+) => {
   const secret = {
     apiVersion: "v1",
     kind: "Secret",
@@ -53,13 +57,15 @@ const samples = () =>
 const namespaceOf = (file: string) =>
   /namespace:\s*([a-z0-9-]+)/.exec(readFileSync(file, "utf8"))?.[1] ?? "default"
 
-export const prepareFleet = async (fleet: LocalFleet) => {
-  const hub = fleet.cluster("hub")
-  const members = fleet.clusters.filter((c) => c.name !== "hub")
-  say("installing CRDs")
+/** The MemberCluster CRD and the hub namespace in the hub; the BackupCheck CRD (served) in each member. */
+export const installFleetcheck = async (hub: LocalCluster, members: ReadonlyArray<LocalCluster>) => {
   await must(
     "hub CRD",
     hub.kubectl(["apply", "--server-side", "-f", join(crdDir, "fleetcheck.io_memberclusters.yaml")]),
+  )
+  await must(
+    "hub CRD",
+    hub.kubectl(["wait", "--for=condition=Established", "crd/memberclusters.fleetcheck.io", "--timeout=30s"]),
   )
   await hub.api("POST", "/api/v1/namespaces", { metadata: { name: hubNamespace } })
   for (const m of members) {
@@ -72,8 +78,16 @@ export const prepareFleet = async (fleet: LocalFleet) => {
       m.kubectl(["wait", "--for=condition=Established", "crd/backupchecks.fleetcheck.io", "--timeout=30s"]),
     )
   }
+}
+
+export const prepareFleet = async (fleet: LocalFleet) => {
+  const hub = fleet.cluster("hub")
+  const members = fleet.clusters.filter((c) => c.name !== "hub")
+  say("installing CRDs")
+  await installFleetcheck(hub, members)
   say("registering members")
-  for (const [i, m] of members.entries()) await register(hub, m, { env: "dev", region: `local-${i + 1}` })
+  for (const [i, m] of members.entries())
+    await registerWithSecret(hub, m, { env: "dev", region: `local-${i + 1}` })
   // One sample per member, round-robin: member-1 gets the passing check, member-2 the failing one.
   const files = samples()
   for (const [i, file] of files.entries()) {

@@ -13,12 +13,14 @@ import {
   makeControllerStats,
   runController,
 } from "./controller.ts"
-import { type Informer, makeInformer } from "./informer/informer.ts"
+import { type InformerSet, makeInformerSet } from "./informer/informer-set.ts"
 import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "./workqueue/workqueue.ts"
 
 export interface MemberEngineOptions {
   readonly cluster: string
   readonly kubeConfig: KubeConfig
+  /** Watch and reconcile only these namespaces (fleetcheck.io/namespaces); default cluster-wide. */
+  readonly namespaces?: ReadonlyArray<string> | undefined
   /** Worker fibers for this member (default 4). */
   readonly workers?: number
   /** Hub-wide cap on concurrent reconciles, shared by every member. */
@@ -36,8 +38,8 @@ export interface MemberEngineOptions {
 export interface MemberEngine {
   readonly cluster: string
   readonly client: KubeClient
-  readonly checks: Informer<BackupCheck>
-  readonly jobs: Informer<V1Job>
+  readonly checks: InformerSet<BackupCheck>
+  readonly jobs: InformerSet<V1Job>
   readonly queue: WorkQueue
   readonly stats: ControllerStats
   readonly hasSynced: () => boolean
@@ -61,14 +63,16 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     name: cluster,
     ...(options.queueHooks ? { metrics: options.queueHooks } : {}),
   })
-  const checks = yield* makeInformer<BackupCheck>({
+  const checks = yield* makeInformerSet<BackupCheck>({
     client,
+    namespaces: options.namespaces,
     name: "backupchecks",
     resource: { group: "fleetcheck.io", version: "v1alpha1", plural: "backupchecks" },
     ...(options.resyncMs !== undefined ? { resyncMs: options.resyncMs } : {}),
   })
-  const jobs = yield* makeInformer<V1Job>({
+  const jobs = yield* makeInformerSet<V1Job>({
     client,
+    namespaces: options.namespaces,
     name: "jobs",
     resource: { group: "batch", version: "v1", plural: "jobs" },
     labelSelector: labelBackupCheck,

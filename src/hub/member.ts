@@ -56,6 +56,8 @@ export interface MemberSpec {
   readonly entry: MemberEntry
   readonly kubeConfig: KubeConfig
   readonly credentialExpiry?: Date
+  /** From the Secret's fleetcheck.io/namespaces annotation; undefined means cluster-wide. */
+  readonly namespaces?: ReadonlyArray<string> | undefined
 }
 
 const memberClusterPath = (name: string, sub = "") =>
@@ -171,6 +173,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const engine = yield* startMemberEngine({
     cluster: entry.name,
     kubeConfig: spec.kubeConfig,
+    namespaces: spec.namespaces,
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,
     runningPollMs: timings.runningPollMs,

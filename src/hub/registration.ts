@@ -38,6 +38,7 @@ interface Engaged {
   readonly hash: string
   /** Kept so the hub can still reach the member to release its finalizers after disengaging. */
   readonly kubeConfig: KubeConfig
+  readonly namespaces?: ReadonlyArray<string> | undefined
 }
 
 /** Labels copied from the Secret to the MemberCluster: everything but our own registration label. */
@@ -97,15 +98,24 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
    * Runs after the member's engine has stopped (else its reconciles would put the finalizer back), with
    * a short-lived client of its own and a fresh LIST, so resourceVersions are current.
    */
-  const releaseFinalizers = Effect.fnUntraced(function* (name: string, kubeConfig: KubeConfig) {
+  const releaseFinalizers = Effect.fnUntraced(function* (
+    name: string,
+    kubeConfig: KubeConfig,
+    namespaces: ReadonlyArray<string> | undefined,
+  ) {
     const client = yield* makeKubeClient({ cluster: name, kubeConfig, requestTimeoutMs: 5_000 })
     const base = "/apis/fleetcheck.io/v1alpha1"
-    const list = yield* client.request<{ items: BackupCheck[] }>({
-      method: "GET",
-      path: `${base}/backupchecks`,
-    })
+    // A namespace-scoped member's identity may list only its namespaces.
+    const paths = namespaces?.length
+      ? namespaces.map((n) => `${base}/namespaces/${encodeURIComponent(n)}/backupchecks`)
+      : [`${base}/backupchecks`]
+    const items: BackupCheck[] = []
+    for (const path of paths) {
+      const list = yield* client.request<{ items: BackupCheck[] }>({ method: "GET", path })
+      items.push(...(list.items ?? []))
+    }
     let released = 0
-    for (const check of list.items ?? []) {
+    for (const check of items) {
       const finalizers = check.metadata.finalizers ?? []
       if (!finalizers.includes(finalizerName)) continue
       yield* client
@@ -157,7 +167,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         const e = engaged.get(name)
         yield* disengage(name)
         if (e) {
-          yield* releaseFinalizers(name, e.kubeConfig).pipe(
+          yield* releaseFinalizers(name, e.kubeConfig, e.namespaces).pipe(
             Effect.catch((err) =>
               Effect.logWarning("member unreachable while disengaging; finalizers stay", name, String(err)),
             ),
@@ -226,6 +236,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
                 entry: target,
                 kubeConfig: checked.kubeConfig,
                 ...(checked.credentialExpiry ? { credentialExpiry: checked.credentialExpiry } : {}),
+                namespaces: checked.namespaces,
               },
               {
                 hubClient,
@@ -240,7 +251,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         ),
       )
       void started
-      engaged.set(name, { hash, kubeConfig: checked.kubeConfig })
+      engaged.set(name, { hash, kubeConfig: checked.kubeConfig, namespaces: checked.namespaces })
       yield* recordEvent(
         secret,
         "Normal",

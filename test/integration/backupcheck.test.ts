@@ -4,24 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { type RunningEngine, startEngine } from "../support/engine.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
 
 const ns = "shop"
 const crdFile = new URL("../../deploy/crds/fleetcheck.io_backupchecks.yaml", import.meta.url).pathname
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
-  const deadline = Date.now() + timeoutMs
-  let last: unknown
-  while (Date.now() < deadline) {
-    const v = await probe().catch((e) => {
-      last = e
-      return undefined
-    })
-    if (v) return v
-    await sleep(250)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ""}`)
-}
 
 interface CheckOptions {
   annotations?: Record<string, string>

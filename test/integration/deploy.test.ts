@@ -33,26 +33,12 @@ import { runHub } from "../../src/hub/hub.ts"
 import { makeMetrics } from "../../src/observability/metrics.ts"
 import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
 import { fastTimings } from "../support/hub.ts"
+import { waitUntil } from "../support/wait.ts"
 
 const repo = new URL("../../", import.meta.url).pathname
 const ns = "fleetcheck-system"
 const group = "/apis/fleetcheck.io/v1alpha1"
 const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
-  const deadline = Date.now() + timeoutMs
-  let last: unknown
-  while (Date.now() < deadline) {
-    const v = await probe().catch((e) => {
-      last = e
-      return undefined
-    })
-    if (v) return v
-    await sleep(200)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ""}`)
-}
 
 interface Reply {
   readonly status: number

@@ -9,21 +9,12 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { installFleetcheck, registerWithSecret } from "../../src/cli/dev.ts"
+import { waitUntil } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
-const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const hubNs = "fleetcheck-system"
 const ns = "apps"
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const v = await probe().catch(() => undefined)
-    if (v) return v
-    await sleep(200)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-}
 const freePort = () =>
   new Promise<number>((resolve) => {
     const s = createServer().listen(0, "127.0.0.1", () => {
@@ -84,35 +75,9 @@ describe("two hubs at once", () => {
     })
     hubCluster = fleet.cluster("hub")
     member = fleet.cluster("member")
-    expect(
-      (
-        await hubCluster.kubectl([
-          "apply",
-          "--server-side",
-          "-f",
-          `${crdDir}/fleetcheck.io_memberclusters.yaml`,
-        ])
-      ).code,
-    ).toBe(0)
-    expect(
-      (await member.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`]))
-        .code,
-    ).toBe(0)
-    await member.kubectl([
-      "wait",
-      "--for=condition=Established",
-      "crd/backupchecks.fleetcheck.io",
-      "--timeout=30s",
-    ])
-    await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: hubNs } })
+    await installFleetcheck(hubCluster, [member])
     await member.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })
-    const secret = {
-      apiVersion: "v1",
-      kind: "Secret",
-      metadata: { name: "member", namespace: hubNs, labels: { "fleetcheck.io/kubeconfig": "true" } },
-      data: { kubeconfig: Buffer.from(member.kubeconfig).toString("base64") },
-    }
-    expect((await hubCluster.api("POST", `/api/v1/namespaces/${hubNs}/secrets`, secret)).status).toBe(201)
+    await registerWithSecret(hubCluster, member, {})
   })
 
   afterAll(async () => {

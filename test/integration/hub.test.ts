@@ -3,23 +3,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const ns = "apps"
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
-  const deadline = Date.now() + timeoutMs
-  let last: unknown
-  while (Date.now() < deadline) {
-    const v = await probe().catch((e) => {
-      last = e
-      return undefined
-    })
-    if (v) return v
-    await sleep(200)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ""}`)
-}
 
 const b64 = (s: string) => Buffer.from(s).toString("base64")
 const secretFor = (

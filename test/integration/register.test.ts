@@ -13,24 +13,11 @@ import { runRegister, runUnregister } from "../../src/cli/register.ts"
 import { KubeApiError, type KubeRequest, makeKubeClient } from "../../src/kube/client.ts"
 import { checkKubeconfig, defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const bcPath = (ns: string, name = "") =>
   `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks${name ? `/${name}` : ""}`
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
-  const deadline = Date.now() + timeoutMs
-  let last: unknown
-  while (Date.now() < deadline) {
-    const v = await probe().catch((e) => {
-      last = e
-      return undefined
-    })
-    if (v) return v
-    await sleep(200)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ""}`)
-}
 const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((c: any) => c.type === type)
 
 const check = (name: string, ns: string, finalizers?: string[]) => ({
@@ -361,6 +348,37 @@ describe("fleetcheck register / unregister", () => {
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces/apps/secrets" })).toBe(403)
     } finally {
       await as.close()
+    }
+
+    // A real hub honours the scope: it verifies checks in "apps" with this Role-only identity and
+    // never touches "other" (its RBAC would refuse, and it does not even watch there).
+    const scopedHub = await startHub(hubCluster)
+    try {
+      await waitUntil("MemberCluster scoped Ready", 30_000, async () => {
+        const o = (await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/scoped")).body
+        return cond(o, "Ready")?.status === "True"
+      })
+      expect((await member.api("POST", bcPath("apps"), check("in-scope", "apps"))).status).toBe(201)
+      expect((await member.api("POST", bcPath("other"), check("out-of-scope", "other"))).status).toBe(201)
+      await waitUntil("in-scope Verified=True", 60_000, async () => {
+        const o = (await member.api("GET", bcPath("apps", "in-scope"))).body
+        return cond(o, "Verified")?.status === "True"
+      })
+      const outside = (await member.api("GET", bcPath("other", "out-of-scope"))).body
+      expect(outside.metadata.finalizers ?? []).not.toContain("fleetcheck.io/cleanup")
+      expect(outside.status).toBeUndefined()
+      const view = (await (await fetch(`${scopedHub.url}/api/v1/fleet?cluster=scoped`)).json()) as any
+      expect(view.checks.map((c: any) => `${c.namespace}/${c.name}`)).toEqual(["apps/in-scope"])
+      // Deleted while the hub runs, so only the "stuck" check below is left for unregister.
+      expect((await member.api("DELETE", bcPath("apps", "in-scope"))).status).toBe(200)
+      await waitUntil(
+        "in-scope deleted",
+        30_000,
+        async () => (await statusOf(member, bcPath("apps", "in-scope"))) === 404,
+      )
+      expect((await member.api("DELETE", bcPath("other", "out-of-scope"))).status).toBe(200)
+    } finally {
+      await scopedHub.stop()
     }
 
     // The identity belongs to "scoped": a second registration of the same member is refused.

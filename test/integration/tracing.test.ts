@@ -7,21 +7,12 @@ import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { installFleetcheck, registerWithSecret } from "../../src/cli/dev.ts"
+import { waitUntil } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
-const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const hubNs = "fleetcheck-system"
 const ns = "shop"
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const waitUntil = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined | false>) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const v = await probe().catch(() => undefined)
-    if (v) return v
-    await sleep(250)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-}
 
 interface ReceivedSpan {
   traceId: string
@@ -89,34 +80,9 @@ describe("tracing over OTLP/HTTP", () => {
     })
     hubCluster = fleet.cluster("hub")
     member = fleet.cluster("member")
-    expect(
-      (
-        await hubCluster.kubectl([
-          "apply",
-          "--server-side",
-          "-f",
-          `${crdDir}/fleetcheck.io_memberclusters.yaml`,
-        ])
-      ).code,
-    ).toBe(0)
-    expect(
-      (await member.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`]))
-        .code,
-    ).toBe(0)
-    await member.kubectl([
-      "wait",
-      "--for=condition=Established",
-      "crd/backupchecks.fleetcheck.io",
-      "--timeout=30s",
-    ])
-    await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: hubNs } })
+    await installFleetcheck(hubCluster, [member])
     await member.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })
-    await hubCluster.api("POST", `/api/v1/namespaces/${hubNs}/secrets`, {
-      apiVersion: "v1",
-      kind: "Secret",
-      metadata: { name: "member", namespace: hubNs, labels: { "fleetcheck.io/kubeconfig": "true" } },
-      data: { kubeconfig: Buffer.from(member.kubeconfig).toString("base64") },
-    })
+    await registerWithSecret(hubCluster, member, {})
     const port = (receiver.address() as AddressInfo).port
     hub = spawn(
       bin,
