@@ -129,10 +129,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
 
   /** Keeps the newest N succeeded and M failed Jobs of this check; never touches the one running now. */
   const pruneHistory = Effect.fnUntraced(function* (check: BackupCheck, currentJob: string) {
+    // Newest first. creationTimestamp has one-second resolution and runs can start within one second,
+    // so ties go by resourceVersion (etcd's revision, increasing in practice); the run that was just
+    // decided always counts as the newest.
+    const rank = (j: V1Job) => (j.metadata?.name === currentJob ? 1 : 0)
+    const created = (j: V1Job) => new Date(j.metadata?.creationTimestamp ?? 0).getTime()
+    const revision = (j: V1Job) => Number(j.metadata?.resourceVersion ?? 0) || 0
     const jobs = [...options.jobs.byIndex(ownerUidIndex, check.metadata.uid)].sort(
-      (a, b) =>
-        new Date(b.metadata?.creationTimestamp ?? 0).getTime() -
-        new Date(a.metadata?.creationTimestamp ?? 0).getTime(),
+      (a, b) => rank(b) - rank(a) || created(b) - created(a) || revision(b) - revision(a),
     )
     const keep = {
       Succeeded: check.spec.successfulRunsHistoryLimit ?? 3,
@@ -141,7 +145,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     const seen = { Succeeded: 0, Failed: 0 }
     for (const job of jobs) {
       const name = job.metadata?.name ?? ""
-      if (name === currentJob || job.metadata?.deletionTimestamp) continue
+      if (job.metadata?.deletionTimestamp) continue
       const phase = job.status?.conditions?.some((c) => c.type === "Complete" && c.status === "True")
         ? "Succeeded"
         : job.status?.conditions?.some((c) => c.type === "Failed" && c.status === "True")
@@ -280,14 +284,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       // Every reconcile that works on a run links to the run's own trace.
       yield* linkToTraceparent(traceparent, { "fleetcheck.run.id": run.runID })
       const recorded = status.lastRun?.runID === run.runID ? status.lastRun : undefined
-      // A finished run whose Job was pruned stays finished: the status is the record.
-      if (
-        recorded &&
-        recorded.result !== "Running" &&
-        !options.jobs.byIndex(ownerUidIndex, check.metadata.uid).some((j) => j.metadata?.name === jobName)
-      ) {
+      // A run whose verdict is recorded is finished, whether or not its Job still exists (history
+      // limits prune Jobs): the status is the record. Converged reconciles end here without API calls.
+      if (recorded && recorded.result !== "Running") {
         const stale = applyStaleness(check, next, now)
         yield* writeStatus(check, stale.status)
+        // Level-triggered history: only deletes when the cache holds more finished Jobs than allowed.
+        yield* pruneHistory(check, jobName)
         return requeueAt(now, due.nextRunTime, stale.deadline)
       }
 
@@ -403,7 +406,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           })
         }
       }
-      yield* pruneHistory(check, "")
+      yield* pruneHistory(check, jobName)
       return requeueAt(now, due.nextRunTime, stale.deadline)
     })
 }
