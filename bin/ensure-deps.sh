@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes a clone ready to run: npm dependencies as locked (only when the lockfile changed since the last
-# install) and the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck).
+# install), the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck) and
+# Chromium for the dashboard test.
 # Used by `npm test` (pretest), `bin/fleetcheck` and .ci/run, so a fresh clone needs no other step.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,4 +13,6 @@ if ! cmp -s package-lock.json node_modules/.fleetcheck-lock 2>/dev/null; then
 fi
 if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
   bash clusters/build.sh >/dev/null
+  # The dashboard test drives Debian's Chromium (apt-get; root or sudo). Skipped when already present.
+  bash config/install-chromium.sh >&2
 fi
