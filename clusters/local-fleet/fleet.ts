@@ -115,13 +115,15 @@ const tail = (file: string, lines = 15) => {
   }
 }
 
-const httpsJson = (
+/** A raw JSON request to an apiserver as the bearer of `token` (admin or a ServiceAccount's). */
+export const apiRequest = (
   server: string,
   caPem: string,
   token: string,
   method: string,
   path: string,
   body?: unknown,
+  contentType = "application/json",
 ): Promise<{ status: number; body: any }> =>
   new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : JSON.stringify(body)
@@ -133,9 +135,7 @@ const httpsJson = (
         headers: {
           authorization: `Bearer ${token}`,
           accept: "application/json",
-          ...(payload
-            ? { "content-type": "application/json", "content-length": Buffer.byteLength(payload) }
-            : {}),
+          ...(payload ? { "content-type": contentType, "content-length": Buffer.byteLength(payload) } : {}),
         },
         timeout: 10_000,
       },
@@ -321,7 +321,7 @@ const startCluster = async (
   const caFile = join(dir, "pki", "apiserver.crt")
   let caPem = ""
   const api = (method: string, path: string, body?: unknown) =>
-    httpsJson(server, caPem, adminToken, method, path, body)
+    apiRequest(server, caPem, adminToken, method, path, body)
   const waitReady = async (proc: ManagedProcess) => {
     await waitFor(
       `${spec.name} apiserver certificate`,

@@ -1,5 +1,6 @@
 export { ensureBinaries, requiredBinaries } from "./binaries.ts"
 export {
+  apiRequest,
   type ClusterOptions,
   type FleetOptions,
   type KubectlResult,

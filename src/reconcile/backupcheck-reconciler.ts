@@ -84,11 +84,17 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     check: BackupCheck,
     status: BackupCheckStatus,
     now: number,
-    condition: Omit<Condition, "lastTransitionTime" | "observedGeneration">,
+    // The reconciler owns exactly one condition type: Verified.
+    condition: Omit<Condition, "type" | "lastTransitionTime" | "observedGeneration">,
   ): BackupCheckStatus => {
     const { conditions } = setStatusCondition(
       status.conditions ?? [],
-      { ...condition, observedGeneration: check.metadata.generation ?? 0, lastTransitionTime: iso(now) },
+      {
+        type: "Verified",
+        ...condition,
+        observedGeneration: check.metadata.generation ?? 0,
+        lastTransitionTime: iso(now),
+      },
       iso(now),
     )
     return { ...status, observedGeneration: check.metadata.generation ?? 0, conditions }
@@ -182,7 +188,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       : `no successful restore within maxStaleness ${check.spec.maxStaleness} of creation`
     return {
       status: withVerified(check, status, now, {
-        type: "Verified",
         status: "False",
         reason: conditionReasons.VerificationStale,
         message,
@@ -221,7 +226,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         yield* writeStatus(
           check,
           withVerified(check, status, now, {
-            type: "Verified",
             status: "False",
             reason: conditionReasons.InvalidSpec,
             message,
@@ -237,7 +241,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         yield* writeStatus(
           check,
           withVerified(check, rest, now, {
-            type: "Verified",
             status: "Unknown",
             reason: conditionReasons.Suspended,
             message: "verification is suspended",
@@ -268,7 +271,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         const waiting = findVerified(status)
           ? next
           : withVerified(check, next, now, {
-              type: "Verified",
               status: "Unknown",
               reason: conditionReasons.AwaitingFirstRun,
               message: `first scheduled run at ${next.nextRunTime ?? "an unknown time"}`,
@@ -322,7 +324,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           yield* writeStatus(
             check,
             withVerified(check, next, now, {
-              type: "Verified",
               status: "False",
               reason: conditionReasons.JobCreateFailed,
               message: boundMessage(`creating restore Job ${jobName}: ${created.error}`),
@@ -344,7 +345,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         const stillMeaningful = verified && verified.status !== "Unknown" && spec.schedule !== undefined
         if (!stillMeaningful) {
           next = withVerified(check, next, now, {
-            type: "Verified",
             status: "Unknown",
             reason: conditionReasons.RestoreRunning,
             message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
@@ -372,7 +372,6 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       }
       if (outcome.phase === "Succeeded") next.lastSuccessfulTime = outcome.completionTime ?? iso(now)
       next = withVerified(check, next, now, {
-        type: "Verified",
         status: outcome.phase === "Succeeded" ? "True" : "False",
         reason: outcome.reason,
         message: outcome.message,

@@ -16,7 +16,6 @@ import {
   unlinkSync,
   writeFileSync,
 } from "node:fs"
-import { request } from "node:https"
 import { homedir, tmpdir } from "node:os"
 import { basename, dirname, join, posix, relative } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
@@ -24,6 +23,7 @@ import { Effect, Exit, Logger, Scope } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { parseAllDocuments } from "yaml"
 import {
+  apiRequest,
   type LocalCluster,
   type LocalFleet,
   renderKubeconfig,
@@ -49,45 +49,8 @@ type Caller = (method: string, path: string, body?: unknown, contentType?: strin
 /** Raw requests as a ServiceAccount: its bearer token and the cluster CA, nothing of the admin's. */
 const actAs =
   (cluster: LocalCluster, token: string): Caller =>
-  (method, path, body, contentType = "application/json") =>
-    new Promise((resolve, reject) => {
-      const payload = body === undefined ? undefined : JSON.stringify(body)
-      const req = request(
-        new URL(path, cluster.server),
-        {
-          method,
-          ca: cluster.caPem,
-          headers: {
-            authorization: `Bearer ${token}`,
-            accept: "application/json",
-            // An explicit length: Node sends a DELETE body unchunked, and without it the body would
-            // be read as the next request on the kept-alive socket.
-            ...(payload ? { "content-type": contentType, "content-length": Buffer.byteLength(payload) } : {}),
-          },
-          timeout: 10_000,
-        },
-        (res) => {
-          let text = ""
-          res.setEncoding("utf8")
-          res.on("data", (c: string) => {
-            text += c
-          })
-          res.on("end", () => {
-            let parsed: unknown = text
-            try {
-              parsed = text ? JSON.parse(text) : undefined
-            } catch {
-              // A watch stream is several JSON documents; the status code is what these tests read.
-            }
-            resolve({ status: res.statusCode ?? 0, body: parsed })
-          })
-        },
-      )
-      req.once("timeout", () => req.destroy(new Error(`${method} ${path}: timeout`)))
-      req.once("error", reject)
-      if (payload) req.write(payload)
-      req.end()
-    })
+  (method, path, body, contentType) =>
+    apiRequest(cluster.server, cluster.caPem, token, method, path, body, contentType)
 
 const tokenFor = async (cluster: LocalCluster, serviceAccount: string) => {
   const r = await cluster.api("POST", `/api/v1/namespaces/${ns}/serviceaccounts/${serviceAccount}/token`, {
