@@ -8,22 +8,13 @@ import {
   timeZonePattern,
 } from "../reconcile/schedule.ts"
 import { ConditionsSchema, TimestampSchema } from "./condition.ts"
+import { apiVersion, backupCheckKind } from "./names.ts"
 
 // BackupCheck (fleetcheck.io/v1alpha1, namespaced, in member clusters). These schemas are the one
 // source of truth: the hub validates with them and src/api/crd.ts generates the CRD from them.
 // Rules zod can state as JSON Schema (types, patterns, bounds, defaults) reach the API server; the
 // refinements (croner, Intl, duration bounds) run in the hub only, so the hub rejects what the API
 // server lets through, and CEL rules in .meta() cover the cross-field rules for the API server.
-
-export const apiGroup = "fleetcheck.io"
-export const apiVersionName = "v1alpha1"
-/** The apiVersion field of both kinds. */
-export const apiVersion = `${apiGroup}/${apiVersionName}` as const
-
-export const backupCheckKind = "BackupCheck"
-export const backupCheckPlural = "backupchecks"
-/** The hub's finalizer on every BackupCheck it manages. */
-export const finalizerName = "fleetcheck.io/cleanup"
 
 export const conditionTypes = {
   Verified: "Verified",

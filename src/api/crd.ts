@@ -1,19 +1,15 @@
 import { stringify } from "yaml"
 import * as z from "zod"
+import { BackupCheckSpecSchema, BackupCheckStatusSchema } from "./backupcheck.ts"
+import { MemberClusterSpecSchema, MemberClusterStatusSchema } from "./membercluster.ts"
 import {
   apiGroup,
   apiVersionName,
-  BackupCheckSpecSchema,
-  BackupCheckStatusSchema,
   backupCheckKind,
   backupCheckPlural,
-} from "./backupcheck.ts"
-import {
-  MemberClusterSpecSchema,
-  MemberClusterStatusSchema,
   memberClusterKind,
   memberClusterPlural,
-} from "./membercluster.ts"
+} from "./names.ts"
 
 // CustomResourceDefinitions generated from the zod schemas in this folder. zod's OpenAPI 3.0 output is
 // close to a CRD schema but not structural; toStructural() below closes the gap, and refuses (throws

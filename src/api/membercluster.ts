@@ -1,12 +1,10 @@
 import * as z from "zod"
-import { apiVersion, ObjectMetaSchema, type ParseResult, parseResource } from "./backupcheck.ts"
+import { ObjectMetaSchema, type ParseResult, parseResource } from "./backupcheck.ts"
 import { ConditionsSchema, TimestampSchema } from "./condition.ts"
+import { apiVersion, memberClusterKind } from "./names.ts"
 
 // MemberCluster (fleetcheck.io/v1alpha1, cluster-scoped, in the hub): one per registration Secret,
 // written by the hub. The spec is nearly empty on purpose: the Secret is the registration.
-
-export const memberClusterKind = "MemberCluster"
-export const memberClusterPlural = "memberclusters"
 
 export const memberClusterConditionTypes = {
   /** An engine is running for the member with synced caches. */

@@ -7,7 +7,7 @@ import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, Scope } from "effect"
 import { parseAllDocuments, stringify } from "yaml"
-import { finalizerName } from "../api/backupcheck.ts"
+import { finalizerName, namespacesAnnotation, registrationLabel } from "../api/names.ts"
 import {
   isConflict,
   isNotFound,
@@ -21,12 +21,10 @@ import {
   defaultExpiryWindowMs,
   defaultPolicy,
   kubeconfigDataKey,
-  namespacesAnnotation,
   parseNamespaces,
 } from "../registration/kubeconfig-policy.ts"
 
 export const fieldManager = "fleetcheck"
-export const registrationLabel = "fleetcheck.io/kubeconfig"
 /** On every member object register applies: which registration owns it (unregister deletes only those). */
 export const registrationAnnotation = "fleetcheck.io/registration"
 /** On the hub Secret: the kubeconfig context register used for the member, so unregister NAME finds it. */

@@ -4,9 +4,9 @@
 import type { KubeConfig, V1Job } from "@kubernetes/client-node"
 import { Effect, type Scope, type Semaphore } from "effect"
 import type { BackupCheck } from "../api/backupcheck.ts"
+import { labelBackupCheck } from "../api/names.ts"
 import { type KubeClient, makeKubeClient } from "../kube/client.ts"
 import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
-import { labelBackupCheck } from "../reconcile/restore-job.ts"
 import {
   type ControllerHooks,
   type ControllerStats,

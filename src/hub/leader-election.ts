@@ -10,10 +10,8 @@
 // Deterministic names and optimistic concurrency on every write are the second line of defence.
 import { hostname } from "node:os"
 import { Cause, Clock, Data, Effect, Exit, Fiber, Random, Scope } from "effect"
+import { hubLeaseName } from "../api/names.ts"
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient, type KubeError } from "../kube/client.ts"
-
-/** The hub's Lease name (SPEC §2), in the hub namespace. */
-export const hubLeaseName = "fleetcheck-hub"
 
 /** client-go's JitterFactor: a standby waits retryPeriod × [1, 2.2) between attempts. */
 const jitterFactor = 1.2

@@ -4,8 +4,8 @@
 // writer. Interrupting the fiber closes the member's scope: workers drain, sockets close.
 import type { KubeConfig } from "@kubernetes/client-node"
 import { Clock, Effect, type Scope, type Semaphore } from "effect"
-import { apiVersion } from "../api/backupcheck.ts"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
+import { apiVersion } from "../api/names.ts"
 import { type MemberEngine, startMemberEngine } from "../engine/member-engine.ts"
 import { isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
 import type { FleetMetrics } from "../observability/metrics.ts"

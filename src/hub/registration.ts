@@ -9,7 +9,8 @@
 import { createHash } from "node:crypto"
 import type { KubeConfig, V1Secret } from "@kubernetes/client-node"
 import { Clock, Effect, FiberMap, type Scope, type Semaphore } from "effect"
-import { type BackupCheck, finalizerName } from "../api/backupcheck.ts"
+import type { BackupCheck } from "../api/backupcheck.ts"
+import { finalizerName, registrationLabel } from "../api/names.ts"
 import { runController } from "../engine/controller.ts"
 import { makeInformer } from "../engine/informer/informer.ts"
 import { makeWorkQueue } from "../engine/workqueue/workqueue.ts"
@@ -18,8 +19,6 @@ import type { FleetMetrics } from "../observability/metrics.ts"
 import { checkKubeconfig, type KubeconfigPolicy } from "../registration/kubeconfig-policy.ts"
 import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
 import { type MemberTimings, runMember, syncMemberCluster } from "./member.ts"
-
-export const registrationLabel = "fleetcheck.io/kubeconfig"
 
 export interface RegistrationOptions {
   readonly hubClient: KubeClient

@@ -16,10 +16,10 @@ import {
   type BackupCheck,
   type BackupCheckStatus,
   conditionReasons,
-  finalizerName,
   parseBackupCheck,
 } from "../api/backupcheck.ts"
 import { type Condition, setStatusCondition } from "../api/condition.ts"
+import { finalizerName } from "../api/names.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
 import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
 import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"

@@ -2,10 +2,7 @@
 // cluster, so every hub (and every retry) renders the same Job under the same deterministic name.
 import { createHash } from "node:crypto"
 import type { V1Container, V1EnvVar, V1Job } from "@kubernetes/client-node"
-
-export const labelBackupCheck = "fleetcheck.io/backupcheck"
-export const labelRun = "fleetcheck.io/run"
-export const annotationTraceparent = "fleetcheck.io/traceparent"
+import { annotationTraceparent, labelBackupCheck, labelRun } from "../api/names.ts"
 
 /** Exit code a restore tool uses to say "restored, but the checksum did not match". */
 export const checksumMismatchExitCode = 3

@@ -7,13 +7,10 @@ import { isAbsolute } from "node:path"
 import { type Cluster, type Context, KubeConfig, type User } from "@kubernetes/client-node"
 import { type DocumentOptions, type ParseOptions, parseAllDocuments, type SchemaOptions } from "yaml"
 import * as z from "zod"
+import { contextAnnotation, namespacesAnnotation } from "../api/names.ts"
 
 /** The Secret data key that holds the kubeconfig (SPEC §2). */
 export const kubeconfigDataKey = "kubeconfig"
-/** Picks the context when the kubeconfig has several (SPEC: "several contexts need an explicit choice"). */
-export const contextAnnotation = "fleetcheck.io/context"
-/** Scopes the member to these namespaces (SPEC §2). */
-export const namespacesAnnotation = "fleetcheck.io/namespaces"
 /** A Secret holds at most 1 MiB in total, so a larger kubeconfig is garbage or an attack. */
 export const maxKubeconfigBytes = 1024 * 1024
 /** Anchors and aliases are legal YAML; a handful is plenty for a kubeconfig, and the bound stops bombs. */

@@ -12,12 +12,8 @@ import {
   renderKubeconfig,
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
-import {
-  hubLeaseName,
-  type LeaderElector,
-  type Lease,
-  makeLeaderElector,
-} from "../../src/hub/leader-election.ts"
+import { hubLeaseName } from "../../src/api/names.ts"
+import { type LeaderElector, type Lease, makeLeaderElector } from "../../src/hub/leader-election.ts"
 import { type KubeClient, makeKubeClient } from "../../src/kube/client.ts"
 
 const namespace = "fleetcheck-system"

@@ -2,9 +2,9 @@ import { readFileSync } from "node:fs"
 import type * as https from "node:https"
 import { assert, describe, it } from "@effect/vitest"
 import { stringify } from "yaml"
+import { contextAnnotation, namespacesAnnotation } from "../../src/api/names.ts"
 import {
   checkKubeconfig,
-  contextAnnotation,
   credentialsExpiringSoon,
   defaultPolicy,
   jwtExpiry,
@@ -14,7 +14,6 @@ import {
   type KubeconfigRefusalReason,
   kubeconfigRefusalReasons,
   maxKubeconfigBytes,
-  namespacesAnnotation,
   parseNamespaces,
   redact,
 } from "../../src/registration/kubeconfig-policy.ts"

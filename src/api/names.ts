@@ -1,0 +1,38 @@
+// Every name users and tests depend on (SPEC §2 and §11), defined once: the API group, kinds and
+// plurals, labels, annotations, the finalizer, the hub namespace and the Lease. Paths are built from
+// these by src/kube/resources.ts; nothing else spells them out.
+
+export const apiGroup = "fleetcheck.io"
+export const apiVersionName = "v1alpha1"
+/** The apiVersion field of every fleetcheck kind. */
+export const apiVersion = `${apiGroup}/${apiVersionName}` as const
+
+export const backupCheckKind = "BackupCheck"
+export const backupCheckPlural = "backupchecks"
+export const memberClusterKind = "MemberCluster"
+export const memberClusterPlural = "memberclusters"
+
+/** The hub's finalizer on every BackupCheck it manages. */
+export const finalizerName = "fleetcheck.io/cleanup"
+
+/** Registration Secrets carry this label with the value "true". */
+export const registrationLabel = "fleetcheck.io/kubeconfig"
+/** The data key of a registration Secret that holds the kubeconfig. */
+export const registrationKubeconfigKey = "kubeconfig"
+/** Chooses a context when a registration kubeconfig has several. */
+export const contextAnnotation = "fleetcheck.io/context"
+/** Scopes a member to these namespaces: `a,b`. */
+export const namespacesAnnotation = "fleetcheck.io/namespaces"
+
+/** Labels on restore Jobs: the check they verify and the run they belong to. */
+export const labelBackupCheck = "fleetcheck.io/backupcheck"
+export const labelRun = "fleetcheck.io/run"
+/** The run's W3C traceparent, recorded on its Job. */
+export const annotationTraceparent = "fleetcheck.io/traceparent"
+
+/** Where registration Secrets, MemberClusters' Events and the Lease live unless configured. */
+export const defaultHubNamespace = "fleetcheck-system"
+/** The leader-election Lease in the hub namespace. */
+export const hubLeaseName = "fleetcheck-hub"
+/** The controller name on Events the hub writes. */
+export const reportingController = "fleetcheck.io/hub"

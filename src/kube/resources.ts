@@ -1,0 +1,23 @@
+// The resources fleetcheck reads and writes, as ResourceRefs: paths are always built by resourcePath
+// from these, never by hand. `at(ref, where)` fills in namespace, name and subresource.
+import { apiGroup, apiVersionName, backupCheckPlural, memberClusterPlural } from "../api/names.ts"
+import { type ResourceRef, resourcePath } from "./client.ts"
+
+type Kind = Pick<ResourceRef, "group" | "version" | "plural">
+
+export const backupChecks: Kind = { group: apiGroup, version: apiVersionName, plural: backupCheckPlural }
+export const memberClusters: Kind = { group: apiGroup, version: apiVersionName, plural: memberClusterPlural }
+export const jobs: Kind = { group: "batch", version: "v1", plural: "jobs" }
+export const pods: Kind = { group: "", version: "v1", plural: "pods" }
+export const secrets: Kind = { group: "", version: "v1", plural: "secrets" }
+export const namespaces: Kind = { group: "", version: "v1", plural: "namespaces" }
+export const serviceAccounts: Kind = { group: "", version: "v1", plural: "serviceaccounts" }
+export const configMaps: Kind = { group: "", version: "v1", plural: "configmaps" }
+export const leases: Kind = { group: "coordination.k8s.io", version: "v1", plural: "leases" }
+export const events: Kind = { group: "events.k8s.io", version: "v1", plural: "events" }
+
+/** The path of `kind`, optionally in a namespace, optionally one object and its subresource. */
+export const pathOf = (
+  kind: Kind,
+  where: { namespace?: string | undefined; name?: string | undefined; subresource?: string | undefined } = {},
+): string => resourcePath({ ...kind, ...where })
