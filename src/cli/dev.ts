@@ -11,7 +11,7 @@ import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/l
 import { fleetView } from "../hub/fleet-state.ts"
 import { runHub } from "../hub/hub.ts"
 import { defaultMemberTimings } from "../hub/member.ts"
-import { makeMetrics } from "../observability/metrics.ts"
+import { makeMetrics } from "../observability/metrics/index.ts"
 import { TracingLive } from "../observability/tracing.ts"
 import { defaultPolicy } from "../registration/kubeconfig-policy.ts"
 import { renderStatus } from "./status.ts"

@@ -6,7 +6,7 @@ import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
 import * as z from "zod"
 import { type HubHandle, runHub } from "../hub/hub.ts"
 import { defaultMemberTimings } from "../hub/member.ts"
-import { makeMetrics } from "../observability/metrics.ts"
+import { makeMetrics } from "../observability/metrics/index.ts"
 import { TracingLive } from "../observability/tracing.ts"
 import { defaultPolicy } from "../registration/kubeconfig-policy.ts"
 

@@ -2,7 +2,7 @@
 // no member engaged), /metrics (the private Prometheus registry), /api/v1/fleet (JSON, filterable by
 // ?cluster= and ?failing=true) and the dashboard at / (server-rendered, no JavaScript needed).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
-import type { FleetMetrics } from "../observability/metrics.ts"
+import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { renderDashboard } from "./dashboard.ts"
 import { type FleetView, fleetView, type MemberEntry } from "./fleet-state.ts"
 

@@ -8,7 +8,7 @@ import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts
 import { apiVersion } from "../api/names.ts"
 import { type MemberEngine, startMemberEngine } from "../engine/member-engine.ts"
 import { isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
-import type { FleetMetrics } from "../observability/metrics.ts"
+import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { type MemberEntry, memberClusterStatus } from "./fleet-state.ts"
 
 export interface MemberTimings {
@@ -187,7 +187,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   })
   entry.engineRunning = true
   entry.checks = () => engine.checks.store.list()
-  metrics?.initCluster(entry.name)
+  metrics?.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
   yield* Effect.addFinalizer(() =>
     Effect.sync(() => {
       entry.engineRunning = false

@@ -30,7 +30,7 @@ import {
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
 import { runHub } from "../../src/hub/hub.ts"
-import { makeMetrics } from "../../src/observability/metrics.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
 import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
 import { fastTimings } from "../support/hub.ts"
 import { waitUntil } from "../support/wait.ts"

@@ -5,7 +5,7 @@ import { Effect, Exit, References, Scope } from "effect"
 import type { LocalCluster } from "../../clusters/local-fleet/index.ts"
 import { type HubHandle, type HubOptions, runHub } from "../../src/hub/hub.ts"
 import { defaultMemberTimings } from "../../src/hub/member.ts"
-import { makeMetrics } from "../../src/observability/metrics.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
 import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
 import { logLevel } from "./engine.ts"
 

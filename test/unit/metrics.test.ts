@@ -1,10 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber, Semaphore } from "effect"
 import { TestClock } from "effect/testing"
 import { register } from "prom-client"
 import { runController, TerminalError } from "../../src/engine/controller.ts"
 import { makeWorkQueue } from "../../src/engine/workqueue/workqueue.ts"
-import { type FleetMetrics, makeMetrics } from "../../src/observability/metrics.ts"
+import { type FleetMetrics, makeMetrics } from "../../src/observability/metrics/index.ts"
 
 // --- a tiny parser for the Prometheus text exposition format (0.0.4) ---
 
@@ -219,7 +219,7 @@ describe("metrics: names and labels", () => {
   it.effect("uses controller-runtime's bucket layouts", () =>
     Effect.gen(function* () {
       const metrics = makeMetrics()
-      metrics.initCluster("east")
+      metrics.initCluster("east", { maxConcurrentReconciles: 4 })
       const e = yield* scrape(metrics)
       const les = (name: string, labels: Record<string, string>) =>
         find(e, `${name}_bucket`, labels).map((s) => s.labels.le)
@@ -265,7 +265,7 @@ describe("metrics: names and labels", () => {
   it.effect("the registry is private: prom-client's global registry holds none of our metrics", () =>
     Effect.gen(function* () {
       const metrics = makeMetrics({ processMetrics: true })
-      metrics.initCluster("east")
+      metrics.initCluster("east", { maxConcurrentReconciles: 4 })
       const ours = (yield* scrape(metrics)).types
       assert.isTrue(ours.has("process_cpu_user_seconds_total"), "process metrics went to our registry")
       const global = parseExposition(yield* Effect.promise(() => register.metrics()))
@@ -274,7 +274,7 @@ describe("metrics: names and labels", () => {
       assert.deepStrictEqual(register.getMetricsAsArray(), [])
       assert.strictEqual(metrics.contentType, "text/plain; version=0.0.4; charset=utf-8")
       // two instances (two hubs in one test process) do not clash
-      makeMetrics().initCluster("east")
+      makeMetrics().initCluster("east", { maxConcurrentReconciles: 4 })
     }),
   )
 })
@@ -283,7 +283,7 @@ describe("metrics: values move", () => {
   it.effect("reconcile outcomes map onto controller-runtime's result labels and error counters", () =>
     Effect.gen(function* () {
       const metrics = makeMetrics()
-      metrics.initCluster("east")
+      metrics.initCluster("east", { maxConcurrentReconciles: 4 })
       const hooks = metrics.controllerHooks("backupcheck")
       hooks.onReconcile?.("east", "success", 0.003)
       hooks.onReconcile?.("east", "success", 0.2)
@@ -319,8 +319,8 @@ describe("metrics: values move", () => {
   it.effect("active workers follow the deltas; clusters are counted apart", () =>
     Effect.gen(function* () {
       const metrics = makeMetrics()
-      metrics.initCluster("east")
-      metrics.initCluster("west")
+      metrics.initCluster("east", { maxConcurrentReconciles: 4 })
+      metrics.initCluster("west", { maxConcurrentReconciles: 4 })
       const hooks = metrics.controllerHooks("backupcheck")
       hooks.onActiveWorkers?.("east", 1)
       hooks.onActiveWorkers?.("east", 1)
@@ -498,6 +498,8 @@ describe("metrics: forgetMember", () => {
       const eastQueue = metrics.queueHooks("east")
       metrics.queueHooks("west")
       for (const cluster of ["east", "west"]) {
+        // as the member fiber does; without it there is no max_concurrent_reconciles series to keep
+        metrics.initCluster(cluster, { maxConcurrentReconciles: 2 })
         controller.onReconcile?.(cluster, "success", 0.1)
         metrics.setMemberConnected(cluster, true)
         metrics.setCheckVerified(cluster, "db", "nightly", "True", new Date())
@@ -546,6 +548,258 @@ describe("metrics: forgetMember", () => {
       assert.strictEqual(sampleValue(e, "workqueue_depth", queue), 0)
       assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result: "error" }), 0)
       assert.strictEqual(sampleValue(e, "controller_runtime_active_workers", ctl), 0)
+    }),
+  )
+})
+
+/** Every sample of one cluster as sorted `name{labels} value` lines, to compare whole states. */
+const seriesOf = (exposition: Exposition, cluster: string): Array<string> =>
+  exposition.samples
+    .filter((s) => s.labels.cluster === cluster)
+    .map((s) => {
+      const labels = Object.entries(s.labels)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([k, v]) => `${k}="${v}"`)
+      return `${s.name}{${labels.join(",")}} ${s.value}`
+    })
+    .sort()
+
+/** Touches every family of the cluster: both controllers, both queues, checks, member and informers. */
+const exercise = (metrics: FleetMetrics, cluster: string): void => {
+  metrics.initCluster(cluster, { maxConcurrentReconciles: 3 })
+  for (const controller of ["backupcheck", "other"]) {
+    const hooks = metrics.controllerHooks(controller)
+    hooks.onReconcile?.(cluster, "success", 0.2)
+    hooks.onReconcile?.(cluster, "panic", 0.01)
+    hooks.onReconcile?.(cluster, "terminal_error", 0.01)
+    hooks.onActiveWorkers?.(cluster, 1)
+    const q = metrics.queueHooks(cluster, controller)
+    q.onAdd?.("db/a")
+    q.onDepth?.(3)
+    q.onGet?.("db/a", 20)
+    q.onDone?.("db/a", 30)
+    q.onRetry?.("db/a")
+  }
+  metrics.setCheckVerified(cluster, "db", "nightly", "True", new Date("2026-11-29T10:00:00Z"))
+  metrics.setCheckVerified(cluster, "db", "weekly", "False")
+  metrics.setMemberConnected(cluster, true)
+  metrics.setMemberReady(cluster, true)
+  metrics.setInformerObjects(cluster, "jobs.batch", 5)
+  metrics.setInformerObjects(cluster, "configmaps", 2)
+  metrics.incInformerRestarts(cluster, "jobs.batch")
+}
+
+/** What a cluster looks like right after initCluster in a hub that knows both controllers. */
+const initialSeries = (cluster: string, maxConcurrentReconciles: number) =>
+  Effect.gen(function* () {
+    const fresh = makeMetrics()
+    fresh.controllerHooks("other")
+    fresh.initCluster(cluster, { maxConcurrentReconciles })
+    return seriesOf(yield* scrape(fresh), cluster)
+  })
+
+describe("metrics: controller_runtime_max_concurrent_reconciles", () => {
+  it.effect("is exactly the worker count initCluster is given, and absent until it is given", () =>
+    Effect.gen(function* () {
+      const maxConcurrent = "controller_runtime_max_concurrent_reconciles"
+      const metrics = makeMetrics()
+      // the member fiber's order: hooks for the engine first, initCluster once the engine runs
+      metrics.controllerHooks("backupcheck")
+      metrics.queueHooks("east")
+      metrics.setMemberConnected("west", false)
+      let e = yield* scrape(metrics)
+      assert.deepStrictEqual(find(e, maxConcurrent), [], "no made-up worker count before initCluster")
+
+      metrics.initCluster("east", { maxConcurrentReconciles: 7 })
+      metrics.initCluster("west", { maxConcurrentReconciles: 1 })
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, maxConcurrent, ctl), 7)
+      assert.strictEqual(sampleValue(e, maxConcurrent, { ...ctl, cluster: "west" }), 1)
+
+      // a controller registered later gets the cluster's count; a new count reaches every controller
+      metrics.controllerHooks("other")
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, maxConcurrent, { controller: "other", cluster: "east" }), 7)
+      metrics.initCluster("east", { maxConcurrentReconciles: 12 })
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, maxConcurrent, ctl), 12)
+      assert.strictEqual(sampleValue(e, maxConcurrent, { controller: "other", cluster: "east" }), 12)
+      assert.strictEqual(sampleValue(e, maxConcurrent, { ...ctl, cluster: "west" }), 1)
+
+      // the worker count is required: there is no default to fall back on (checked by the typecheck)
+      // @ts-expect-error initCluster without maxConcurrentReconciles
+      const withoutWorkers: Parameters<FleetMetrics["initCluster"]> = ["east"]
+      assert.strictEqual(withoutWorkers.length, 1)
+    }),
+  )
+})
+
+describe("metrics: fleetcheck_reconcile_global_inflight", () => {
+  it.effect(
+    "counts the permits held of a real hub-wide semaphore, across failures, interrupts and forgetAll",
+    () =>
+      Effect.gen(function* () {
+        const inflight = "fleetcheck_reconcile_global_inflight"
+        const metrics = makeMetrics()
+        metrics.initCluster("east", { maxConcurrentReconciles: 2 })
+        const globalLimit = yield* Semaphore.make(2)
+        // how the hub wraps a reconcile: counted from permit acquired to permit released, whatever happens
+        const reconcile = <A, E>(work: Effect.Effect<A, E>) =>
+          globalLimit.withPermits(1)(
+            Effect.acquireUseRelease(
+              Effect.sync(() => metrics.addGlobalInflight(1)),
+              () => work,
+              () => Effect.sync(() => metrics.addGlobalInflight(-1)),
+            ),
+          )
+        const value = Effect.map(scrape(metrics), (e) => sampleValue(e, inflight))
+
+        const a = yield* Effect.forkChild(reconcile(Effect.sleep("100 millis")))
+        const b = yield* Effect.forkChild(
+          reconcile(Effect.sleep("50 millis").pipe(Effect.andThen(Effect.fail("boom")))),
+        )
+        const c = yield* Effect.forkChild(reconcile(Effect.sleep("100 millis")))
+        yield* TestClock.adjust("10 millis")
+        assert.strictEqual(yield* value, 2, "a and b hold the two permits; c waits")
+
+        // losing leadership drops per-cluster series, not the permits still held
+        metrics.forgetAll()
+        metrics.forgetMember("east")
+        assert.strictEqual(yield* value, 2)
+
+        yield* TestClock.adjust("50 millis")
+        assert.strictEqual(yield* value, 2, "b failed and released; c took its permit")
+        yield* Fiber.interrupt(c)
+        assert.strictEqual(yield* value, 1, "an interrupted reconcile releases")
+        yield* TestClock.adjust("50 millis")
+        yield* Fiber.join(a)
+        yield* Fiber.await(b)
+        assert.strictEqual(yield* value, 0)
+        // a non-finite delta is ignored rather than poisoning the gauge
+        metrics.addGlobalInflight(Number.NaN)
+        const e = yield* scrape(metrics)
+        assert.deepStrictEqual(find(e, inflight), [{ name: inflight, labels: {}, value: 0 }])
+      }),
+  )
+})
+
+describe("metrics: stale series", () => {
+  it.effect("deleteCheck removes every series carrying the check's labels, and nothing else", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      exercise(metrics, "east")
+      exercise(metrics, "west")
+      const before = yield* scrape(metrics)
+      const nightly = { cluster: "east", namespace: "db", name: "nightly" }
+      const perCheck = new Set(before.samples.filter((s) => matches(s, nightly)).map((s) => s.name))
+      assert.deepStrictEqual([...perCheck].sort(), [
+        "fleetcheck_backupcheck_last_success_timestamp_seconds",
+        "fleetcheck_backupcheck_verified",
+      ])
+
+      metrics.deleteCheck("east", "db", "nightly")
+      const e = yield* scrape(metrics)
+      assert.deepStrictEqual(
+        e.samples.filter((s) => matches(s, nightly)),
+        [],
+      )
+      // the other checks and the rest of the cluster are untouched
+      const kept = (s: Sample) => !matches(s, nightly)
+      assert.deepStrictEqual(
+        e.samples.filter((s) => s.labels.cluster !== undefined),
+        before.samples.filter((s) => s.labels.cluster !== undefined && kept(s)),
+      )
+      for (const name of perCheck) {
+        assert.strictEqual(find(e, name, { ...nightly, name: "weekly" }).length, 1, name)
+        assert.strictEqual(find(e, name, { ...nightly, cluster: "west" }).length, 1, name)
+      }
+
+      // a check set again after its delete starts over: never verified
+      metrics.setCheckVerified("east", "db", "nightly", "Unknown")
+      const again = yield* scrape(metrics)
+      assert.strictEqual(
+        sampleValue(again, "fleetcheck_backupcheck_last_success_timestamp_seconds", nightly),
+        0,
+      )
+    }),
+  )
+
+  it.effect(
+    "forgetMember removes the cluster from every family; initCluster brings back initial values",
+    () =>
+      Effect.gen(function* () {
+        const metrics = makeMetrics()
+        exercise(metrics, "east")
+        exercise(metrics, "west")
+        const before = yield* scrape(metrics)
+        const families = new Set(before.samples.filter((s) => s.labels.cluster === "east").map((s) => s.name))
+        // every per-cluster family, controller-runtime's included, had an east series to remove
+        for (const [name, type] of Object.entries(allPerCluster)) {
+          assert.isTrue(families.has(sampleName(name, type)), name)
+        }
+
+        metrics.forgetMember("east")
+        let e = yield* scrape(metrics)
+        assert.deepStrictEqual(seriesOf(e, "east"), [])
+        assert.deepStrictEqual(seriesOf(e, "west"), seriesOf(before, "west"), "west untouched")
+
+        metrics.initCluster("east", { maxConcurrentReconciles: 5 })
+        e = yield* scrape(metrics)
+        assert.deepStrictEqual(seriesOf(e, "east"), yield* initialSeries("east", 5))
+        assert.strictEqual(
+          sampleValue(e, "controller_runtime_max_concurrent_reconciles", ctl),
+          5,
+          "the new count, not the old incarnation's",
+        )
+      }),
+  )
+
+  it.effect("forgetAll drops every per-cluster and per-check series; old hooks stay inert", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      exercise(metrics, "east")
+      exercise(metrics, "west")
+      const eastQueue = metrics.queueHooks("east")
+      const controller = metrics.controllerHooks("backupcheck")
+      metrics.addGlobalInflight(1)
+
+      metrics.forgetAll()
+      let e = yield* scrape(metrics)
+      assert.deepStrictEqual(
+        e.samples.filter((s) => s.labels.cluster !== undefined).map((s) => s.name),
+        [],
+      )
+      assert.deepStrictEqual(
+        e.samples.filter((s) => s.name.startsWith("fleetcheck_backupcheck_")),
+        [],
+      )
+      // the families themselves stay (HELP and TYPE), and so does the hub-wide gauge
+      for (const [name, type] of Object.entries(allPerCluster)) assert.strictEqual(e.types.get(name), type)
+      assert.strictEqual(sampleValue(e, "fleetcheck_reconcile_global_inflight"), 1)
+
+      // the old leadership's dying workers and queues write into nothing
+      eastQueue.onAdd?.("db/a")
+      eastQueue.onDepth?.(4)
+      eastQueue.onGet?.("db/a", 10)
+      eastQueue.onDone?.("db/a", 10)
+      controller.onReconcile?.("east", "success", 0.1)
+      controller.onActiveWorkers?.("west", -1)
+      metrics.deleteCheck("east", "db", "nightly")
+      e = yield* scrape(metrics)
+      assert.deepStrictEqual(
+        e.samples.filter((s) => s.labels.cluster !== undefined).map((s) => s.name),
+        [],
+      )
+
+      // leading again: members come back at their initial values
+      metrics.initCluster("east", { maxConcurrentReconciles: 3 })
+      const newQueue = metrics.queueHooks("east")
+      eastQueue.onAdd?.("db/b")
+      e = yield* scrape(metrics)
+      assert.deepStrictEqual(seriesOf(e, "east"), yield* initialSeries("east", 3))
+      assert.deepStrictEqual(seriesOf(e, "west"), [])
+      newQueue.onAdd?.("db/c")
+      assert.strictEqual(sampleValue(yield* scrape(metrics), "workqueue_adds_total", queue), 1)
     }),
   )
 })
