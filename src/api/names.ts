@@ -36,3 +36,10 @@ export const defaultHubNamespace = "fleetcheck-system"
 export const hubLeaseName = "fleetcheck-hub"
 /** The controller name on Events the hub writes. */
 export const reportingController = "fleetcheck.io/hub"
+
+/** On every member object `fleetcheck register` applies: the registration that owns it. */
+export const registrationAnnotation = "fleetcheck.io/registration"
+/** On a registration Secret: the kubeconfig context `register` used for the member. */
+export const memberContextAnnotation = "fleetcheck.io/member-context"
+/** On the member namespace when `register` created it (value "fleetcheck-register"). */
+export const createdByAnnotation = "fleetcheck.io/created-by"

@@ -1,7 +1,9 @@
 // fleetcheck's command line. Each command lives in its own module; this file only dispatches.
 import { runDev } from "./dev.ts"
 import { hubUsage, runHubCommand } from "./hub.ts"
-import { registerUsage, runRegister, runUnregister } from "./register.ts"
+import { registerUsage } from "./register/args.ts"
+import { runRegister } from "./register/register.ts"
+import { runUnregister } from "./register/unregister.ts"
 import { runStatus } from "./status.ts"
 
 const usage = `fleetcheck: proves that backups restore, across every cluster you run

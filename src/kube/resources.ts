@@ -15,6 +15,27 @@ export const serviceAccounts: Kind = { group: "", version: "v1", plural: "servic
 export const configMaps: Kind = { group: "", version: "v1", plural: "configmaps" }
 export const leases: Kind = { group: "coordination.k8s.io", version: "v1", plural: "leases" }
 export const events: Kind = { group: "events.k8s.io", version: "v1", plural: "events" }
+export const customResourceDefinitions: Kind = {
+  group: "apiextensions.k8s.io",
+  version: "v1",
+  plural: "customresourcedefinitions",
+}
+export const clusterRoles: Kind = {
+  group: "rbac.authorization.k8s.io",
+  version: "v1",
+  plural: "clusterroles",
+}
+export const clusterRoleBindings: Kind = {
+  group: "rbac.authorization.k8s.io",
+  version: "v1",
+  plural: "clusterrolebindings",
+}
+export const roles: Kind = { group: "rbac.authorization.k8s.io", version: "v1", plural: "roles" }
+export const roleBindings: Kind = {
+  group: "rbac.authorization.k8s.io",
+  version: "v1",
+  plural: "rolebindings",
+}
 
 /** The path of `kind`, optionally in a namespace, optionally one object and its subresource. */
 export const pathOf = (
