@@ -1,4 +1,6 @@
 import * as z from "zod"
+import { ConditionsSchema, TimestampSchema } from "./condition.ts"
+import { apiVersion, backupCheckKind } from "./names.ts"
 import {
   checkTimeZone,
   cronPattern,
@@ -6,9 +8,7 @@ import {
   parseDuration,
   parseSchedule,
   timeZonePattern,
-} from "../reconcile/schedule.ts"
-import { ConditionsSchema, TimestampSchema } from "./condition.ts"
-import { apiVersion, backupCheckKind } from "./names.ts"
+} from "./syntax.ts"
 
 // BackupCheck (fleetcheck.io/v1alpha1, namespaced, in member clusters). These schemas are the one
 // source of truth: the hub validates with them and src/api/crd.ts generates the CRD from them.
@@ -346,10 +346,3 @@ export const parseResource = <S extends z.ZodType>(schema: S, obj: unknown): Par
  */
 export const parseBackupCheck = (obj: unknown): ParseResult<BackupCheck> =>
   parseResource(BackupCheckSchema, obj)
-
-/** Validates only a spec (e.g. a sample or a CLI argument), applying defaults. Never throws. */
-export const parseBackupCheckSpec = (spec: unknown): ParseResult<BackupCheckSpec> => {
-  const result = safeParse(BackupCheckSpecSchema, spec)
-  if (result.success) return { success: true, data: result.data, warnings: [] }
-  return { success: false, error: formatIssues(result.error.issues), issues: result.error.issues }
-}

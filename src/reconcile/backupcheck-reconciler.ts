@@ -11,26 +11,26 @@
 //   Job still running        → requeue after the poll interval (Job events usually come first)
 //   Job finished             → write the verdict, prune history, requeue at the next run or staleness deadline
 import type { V1Job, V1Pod } from "@kubernetes/client-node"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Schema } from "effect"
 import {
   type BackupCheck,
   type BackupCheckStatus,
   conditionReasons,
+  conditionTypes,
   parseBackupCheck,
 } from "../api/backupcheck.ts"
-import { type Condition, setStatusCondition } from "../api/condition.ts"
+import { type Condition, findCondition, setStatusCondition } from "../api/condition.ts"
 import { finalizerName } from "../api/names.ts"
+import { parseDuration } from "../api/syntax.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
+import type { StoreView } from "../engine/informer/store.ts"
 import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
+import { backupChecks, jobs, pathOf, pods } from "../kube/resources.ts"
 import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
-import { renderRestoreJob, traceparentFor } from "./restore-job.ts"
-import { dueRun, jobNameFor, parseDuration } from "./schedule.ts"
-
-export interface StoreView<T> {
-  readonly get: (key: string) => T | undefined
-  readonly byIndex: (index: string, value: string) => ReadonlyArray<T>
-}
+import { renderRestoreJob } from "./restore-job.ts"
+import { jobNameFor, traceparentFor } from "./run-identity.ts"
+import { dueRun } from "./schedule.ts"
 
 /** The Job cache must be indexed by the uid of each Job's controller owner under this name. */
 export const ownerUidIndex = "owner-uid"
@@ -40,23 +40,28 @@ export interface BackupCheckReconcilerOptions {
   readonly client: KubeClient
   readonly checks: StoreView<BackupCheck>
   readonly jobs: StoreView<V1Job>
-  /** Backstop poll while a Job runs, in case a Job event is missed (default 30 s). */
-  readonly runningPollMs?: number
+  /** Backstop poll while a Job runs, in case a Job event is missed (the hub's configuration has the default). */
+  readonly runningPollMs: number
 }
 
-const group = "fleetcheck.io"
-const version = "v1alpha1"
-const checkPath = (ns: string, name: string, sub = "") =>
-  `/apis/${group}/${version}/namespaces/${encodeURIComponent(ns)}/backupchecks/${encodeURIComponent(name)}${sub}`
-const jobPath = (ns: string, name: string) =>
-  `/apis/batch/v1/namespaces/${encodeURIComponent(ns)}/jobs/${encodeURIComponent(name)}`
+/** The API server refused a restore Job (RBAC, quota, admission, invalid template): retried with backoff. */
+export class RestoreJobCreateError extends Schema.TaggedError<RestoreJobCreateError>()(
+  "RestoreJobCreateError",
+  {
+    job: Schema.String,
+    message: Schema.String,
+  },
+) {}
+
+const checkPath = (namespace: string, name: string, subresource?: string) =>
+  pathOf(backupChecks, { namespace, name, subresource })
+const jobPath = (namespace: string, name: string) => pathOf(jobs, { namespace, name })
 
 /** The API server refused the request itself (invalid, forbidden, quota): retrying alone will not fix it. */
 const isRefusal = (e: unknown): e is KubeApiError =>
   e instanceof KubeApiError && [400, 403, 422].includes(e.status)
 
-const findVerified = (status: BackupCheckStatus) =>
-  (status.conditions ?? []).find((c) => c.type === "Verified")
+const findVerified = (status: BackupCheckStatus) => findCondition(status.conditions, conditionTypes.Verified)
 
 const iso = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z")
 
@@ -65,7 +70,7 @@ const ignoreNotFound = <A, R>(e: Effect.Effect<A, unknown, R>) =>
 
 export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions) => {
   const { client, cluster } = options
-  const runningPollMs = options.runningPollMs ?? 30_000
+  const { runningPollMs } = options
 
   const patchMerge = (path: string, body: unknown) =>
     client.request<BackupCheck>({ method: "PATCH", path, body, contentType: "application/merge-patch+json" })
@@ -90,7 +95,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     const { conditions } = setStatusCondition(
       status.conditions ?? [],
       {
-        type: "Verified",
+        type: conditionTypes.Verified,
         ...condition,
         observedGeneration: check.metadata.generation ?? 0,
         lastTransitionTime: iso(now),
@@ -128,7 +133,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     client
       .request<{ items: V1Pod[] }>({
         method: "GET",
-        path: `/api/v1/namespaces/${encodeURIComponent(ns)}/pods`,
+        path: pathOf(pods, { namespace: ns }),
         query: { labelSelector: `batch.kubernetes.io/job-name=${jobName}` },
       })
       .pipe(Effect.map((l) => l.items ?? []))
@@ -174,7 +179,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   /** Verified=False once the last success is older than maxStaleness; returns when that will happen. */
   const applyStaleness = (check: BackupCheck, status: BackupCheckStatus, now: number) => {
     const maxStale = check.spec.maxStaleness ? parseDuration(check.spec.maxStaleness) : undefined
-    if (maxStale === undefined || typeof maxStale !== "number") return { status, deadline: undefined }
+    if (typeof maxStale !== "number") return { status, deadline: undefined }
     const last = status.lastSuccessfulTime ? new Date(status.lastSuccessfulTime).getTime() : undefined
     const verified = findVerified(status)
     const since = last ?? new Date(check.metadata.creationTimestamp ?? now).getTime()
@@ -235,6 +240,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       }
       const spec = parsed.data.spec
       const ns = check.metadata.namespace
+      const timeoutMs = parseDuration(spec.timeout)
+      if (typeof timeoutMs !== "number") {
+        // Unreachable after parseBackupCheck; the type says a duration may fail to parse, so say so.
+        return yield* new TerminalError({ message: `invalid spec: spec.timeout: ${timeoutMs.error}` })
+      }
 
       if (spec.suspend) {
         const { nextRunTime: _dropped, ...rest } = status
@@ -302,18 +312,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       if (!job) {
         const rendered = renderRestoreJob({
           cluster,
-          check: check as never,
+          check: parsed.data,
           jobName,
           runID: run.runID,
-          timeoutSeconds: Math.max(1, Math.ceil((parseDuration(spec.timeout ?? "1h") as number) / 1000)),
+          timeoutSeconds: Math.max(1, Math.ceil(timeoutMs / 1000)),
           traceparent,
         })
         const created = yield* client
-          .request<V1Job>({
-            method: "POST",
-            path: `/apis/batch/v1/namespaces/${encodeURIComponent(ns)}/jobs`,
-            body: rendered,
-          })
+          .request<V1Job>({ method: "POST", path: pathOf(jobs, { namespace: ns }), body: rendered })
           .pipe(
             Effect.map((j) => ({ job: j as V1Job | undefined, error: undefined as string | undefined })),
             Effect.catchIf(isAlreadyExists, () => Effect.succeed({ job: undefined, error: undefined })),
@@ -329,9 +335,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
               message: boundMessage(`creating restore Job ${jobName}: ${created.error}`),
             }),
           )
-          return yield* Effect.fail(new Error(`creating restore Job ${jobName}: ${created.error}`))
+          return yield* new RestoreJobCreateError({ job: jobName, message: created.error })
         }
-        if (created.job) yield* Effect.logInfo("created restore Job", jobName, "run", run.runID)
+        if (created.job) {
+          yield* Effect.logInfo("created restore Job").pipe(
+            Effect.annotateLogs({ job: jobName, run: run.runID }),
+          )
+        }
         job = created.job
       }
 
@@ -379,7 +389,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const stale = applyStaleness(check, next, now)
       const wrote = yield* writeStatus(check, stale.status)
       if (wrote) {
-        yield* Effect.logInfo("restore finished", outcome.phase, outcome.reason)
+        yield* Effect.logInfo("restore finished").pipe(
+          Effect.annotateLogs({
+            job: jobName,
+            run: run.runID,
+            result: outcome.phase,
+            reason: outcome.reason,
+          }),
+        )
         // The verification span covers the Job's lifetime inside the run's trace, next to the spans the
         // restore tool emits under the same TRACEPARENT. Recorded once: by whoever wrote the verdict.
         const parent = spanContextFromTraceparent(traceparent)

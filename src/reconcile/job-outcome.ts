@@ -1,7 +1,9 @@
 // Reads what a finished restore Job says: success or failure, a stable reason, and a bounded message
 // taken from the restore container's termination message. Pure, so every mapping is unit-tested.
 import type { V1Job, V1Pod } from "@kubernetes/client-node"
-import { checksumMismatchExitCode } from "./restore-job.ts"
+
+/** Exit code a restore tool uses to say "restored, but the checksum did not match" (README, ADR 0004). */
+export const checksumMismatchExitCode = 3
 
 /** Termination messages become condition messages; bound them so one noisy tool cannot bloat status. */
 export const maxMessageBytes = 1024

@@ -1,52 +1,21 @@
 // Builds the restore Job for one run of a BackupCheck: a pure function of the check, the run and the
 // cluster, so every hub (and every retry) renders the same Job under the same deterministic name.
-import { createHash } from "node:crypto"
-import type { V1Container, V1EnvVar, V1Job } from "@kubernetes/client-node"
+import type { V1Container, V1EnvVar, V1Job, V1JobSpec } from "@kubernetes/client-node"
+import type { BackupCheck, BackupCheckSpecInput } from "../api/backupcheck.ts"
 import { annotationTraceparent, labelBackupCheck, labelRun } from "../api/names.ts"
-
-/** Exit code a restore tool uses to say "restored, but the checksum did not match". */
-export const checksumMismatchExitCode = 3
+import { labelValueFor } from "./run-identity.ts"
 
 export interface RestoreJobInput {
   readonly cluster: string
-  readonly check: {
-    readonly apiVersion: string
-    readonly kind: string
-    readonly metadata: { readonly name: string; readonly namespace: string; readonly uid: string }
-    readonly spec: {
-      readonly backup: {
-        readonly name: string
-        readonly source?: string | undefined
-        readonly checksum?: string | undefined
-      }
-      readonly jobTemplate: {
-        readonly metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }
-        readonly spec: any
-      }
-    }
+  /** The check (only what the Job needs); a parsed check fits, and so does one as written. */
+  readonly check: Pick<BackupCheck, "apiVersion" | "kind"> & {
+    readonly metadata: Pick<BackupCheck["metadata"], "name" | "namespace" | "uid">
+    readonly spec: Pick<BackupCheckSpecInput, "backup" | "jobTemplate">
   }
   readonly jobName: string
   readonly runID: string
   readonly timeoutSeconds: number
   readonly traceparent: string
-}
-
-/**
- * Label values are at most 63 characters; longer check names are shortened with a stable hash. The
- * Job's controller ownerReference (by uid) stays the exact link back to its check.
- */
-export const labelValueFor = (value: string): string => {
-  if (value.length <= 63) return value
-  const hash = createHash("sha256").update(value).digest("hex").slice(0, 10)
-  return `${value.slice(0, 52).replace(/[-_.]+$/, "")}-${hash}`
-}
-
-/** W3C trace context for a run: derived from the check's uid and the run id, so it is the same on every hub. */
-export const traceparentFor = (uid: string, runID: string): { traceparent: string; traceID: string } => {
-  const digest = createHash("sha256").update(`${uid}/${runID}`).digest("hex")
-  const traceID = digest.slice(0, 32)
-  const spanID = digest.slice(32, 48)
-  return { traceID, traceparent: `00-${traceID}-${spanID}-01` }
 }
 
 const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1Container => {
@@ -62,9 +31,9 @@ const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1C
 export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
   const { check, cluster, jobName, runID } = input
   const template = check.spec.jobTemplate
-  const jobSpec = structuredClone(template.spec ?? {})
-  const podTemplate = jobSpec.template ?? {}
-  const podSpec = podTemplate.spec ?? {}
+  const jobSpec: V1JobSpec = structuredClone(template.spec)
+  const podTemplate = jobSpec.template
+  const podSpec = podTemplate.spec ?? { containers: [] }
   const injected: V1EnvVar[] = [
     { name: "FLEETCHECK_BACKUP_NAME", value: check.spec.backup.name },
     { name: "FLEETCHECK_BACKUP_SOURCE", value: check.spec.backup.source ?? "" },
@@ -104,9 +73,9 @@ export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
         spec: {
           restartPolicy: "Never",
           ...podSpec,
-          containers: (podSpec.containers ?? []).map((c: V1Container) => withEnv(c, injected)),
+          containers: podSpec.containers.map((c) => withEnv(c, injected)),
           ...(podSpec.initContainers
-            ? { initContainers: podSpec.initContainers.map((c: V1Container) => withEnv(c, injected)) }
+            ? { initContainers: podSpec.initContainers.map((c) => withEnv(c, injected)) }
             : {}),
         },
       },

@@ -5,7 +5,6 @@ import {
   conditionReasons,
   conditionTypes,
   parseBackupCheck,
-  parseBackupCheckSpec,
 } from "../../src/api/backupcheck.ts"
 import { conditionReasonPattern } from "../../src/api/condition.ts"
 import {
@@ -321,13 +320,6 @@ describe("parseBackupCheck: invalid objects", () => {
     const bounded = parseBackupCheck(many)
     assert.isFalse(bounded.success)
     if (!bounded.success) assert.isAtMost(bounded.error.length, 1100)
-  })
-
-  it("validates a spec alone", () => {
-    assert.isTrue(parseBackupCheckSpec(sample().spec).success)
-    const bad = parseBackupCheckSpec({ backup: { name: "x" } })
-    assert.isFalse(bad.success)
-    if (!bad.success) assert.strictEqual(bad.error, "jobTemplate: required")
   })
 })
 

@@ -1,11 +1,12 @@
 import type { V1Job, V1Pod } from "@kubernetes/client-node"
 import { describe, expect, it } from "vitest"
 import { boundMessage, jobOutcome } from "../../src/reconcile/job-outcome.ts"
-import { labelValueFor, renderRestoreJob, traceparentFor } from "../../src/reconcile/restore-job.ts"
+import { renderRestoreJob } from "../../src/reconcile/restore-job.ts"
+import { labelValueFor, traceparentFor } from "../../src/reconcile/run-identity.ts"
 
 const check = {
-  apiVersion: "fleetcheck.io/v1alpha1",
-  kind: "BackupCheck",
+  apiVersion: "fleetcheck.io/v1alpha1" as const,
+  kind: "BackupCheck" as const,
   metadata: { name: "orders", namespace: "shop", uid: "0b3c-uid" },
   spec: {
     backup: { name: "orders-2026-11-29", source: "s3://b/o", checksum: "sha256:aa" },
