@@ -4,6 +4,7 @@
 //   failure                → rate-limited requeue (per-item backoff), counted, logged
 //   TerminalError          → forget, counted, logged, never retried (a new event will bring it back)
 //   defect (a thrown bug)  → like a failure, and counted as a panic: it never kills the worker
+//   Conflict (409)         → rate-limited requeue without an error log: the cache was behind, not broken
 //   { requeueAfterMs }     → forget, then addAfter
 //   done                   → forget
 import { Cause, Data, Effect, Exit, type Scope, type Semaphore } from "effect"
@@ -43,8 +44,8 @@ export interface ControllerOptions {
   readonly cluster: string
   readonly queue: WorkQueue
   readonly reconcile: Reconciler
-  /** Worker fibers for this member (default 4). */
-  readonly workers?: number
+  /** Worker fibers for this queue. */
+  readonly workers: number
   /** Shared across members: caps concurrent reconciles hub-wide. */
   readonly globalLimit?: Semaphore.Semaphore
   readonly hooks?: ControllerHooks
@@ -93,7 +94,7 @@ export const splitKey = (key: string): { namespace: string; name: string } => {
  */
 export const runController = Effect.fnUntraced(function* (options: ControllerOptions) {
   const { queue, cluster, name } = options
-  const workers = Math.max(1, options.workers ?? 4)
+  const workers = Math.max(1, options.workers)
   const stats = options.stats ?? makeControllerStats()
 
   const reconcileOne = (key: string) => {
@@ -143,10 +144,9 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
           report("terminal_error")
           return Effect.andThen(
             queue.forget(key),
-            Effect.logError(
-              "reconcile failed with a terminal error; not retrying",
-              failure.value.message,
-            ).pipe(Effect.annotateLogs(fields)),
+            Effect.logError("reconcile failed with a terminal error; not retrying").pipe(
+              Effect.annotateLogs({ ...fields, error: failure.value.message }),
+            ),
           )
         }
         if (failure._tag === "Some" && isConflict(failure.value)) {

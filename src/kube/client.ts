@@ -72,6 +72,8 @@ export interface WatchEvent {
 export interface WatchOptions {
   /** No bytes for this long ends the stream with a KubeTransportError. Default: the client's (90 s). */
   readonly inactivityTimeoutMs?: number
+  /** Called when the server accepted the watch (200 and headers received), before any event. */
+  readonly onConnected?: () => void
 }
 
 export interface KubeClient {
@@ -405,6 +407,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
               return
             }
             arm()
+            watchOptions?.onConnected?.()
             res.setEncoding("utf8") // a StringDecoder: multi-byte characters split across chunks stay whole
             let buffer = ""
             const parseLine = (line: string): boolean => {

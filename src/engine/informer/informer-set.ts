@@ -12,6 +12,23 @@ export interface InformerSet<T> {
   addHandler(handler: InformerHandler<T>): () => void
   /** Watches restarted, summed over the namespaces. */
   readonly watchRestarts: number
+  /** The earliest failingSince of any namespace's informer (see Informer.failingSince). */
+  readonly failingSince: number | undefined
+  /** The last error of a failing informer, with its HTTP status when the server answered. */
+  readonly lastFailure: { readonly message: string; readonly status: number | undefined } | undefined
+  /** Ends every informer's backoff wait now (see Informer.resumeNow). */
+  resumeNow(): void
+}
+
+const failingSinceOf = (all: ReadonlyArray<Informer<unknown>>) =>
+  all.reduce<number | undefined>(
+    (min, i) => (i.failingSince === undefined ? min : Math.min(min ?? i.failingSince, i.failingSince)),
+    undefined,
+  )
+
+const lastFailureOf = (all: ReadonlyArray<Informer<unknown>>) => {
+  const failing = all.find((i) => i.failingSince !== undefined && i.lastError !== undefined)
+  return failing ? { message: failing.lastError ?? "", status: failing.lastErrorStatus } : undefined
 }
 
 const namespaceOfKey = (key: string) => {
@@ -40,8 +57,24 @@ export const makeInformerSet = Effect.fnUntraced(function* <T>(
 ) {
   const { namespaces, ...rest } = options
   if (!namespaces || namespaces.length === 0) {
-    const informer: InformerSet<T> = yield* makeInformer<T>(rest)
-    return informer
+    const informer = yield* makeInformer<T>(rest)
+    const set: InformerSet<T> = {
+      store: informer.store,
+      hasSynced: informer.hasSynced,
+      awaitSynced: informer.awaitSynced,
+      addHandler: informer.addHandler,
+      get watchRestarts() {
+        return informer.watchRestarts
+      },
+      get failingSince() {
+        return informer.failingSince
+      },
+      get lastFailure() {
+        return lastFailureOf([informer as Informer<unknown>])
+      },
+      resumeNow: informer.resumeNow,
+    }
+    return set
   }
   const byNamespace = new Map<string, Informer<T>>()
   for (const namespace of namespaces) {
@@ -66,6 +99,15 @@ export const makeInformerSet = Effect.fnUntraced(function* <T>(
     },
     get watchRestarts() {
       return all.reduce((n, i) => n + i.watchRestarts, 0)
+    },
+    get failingSince() {
+      return failingSinceOf(all as ReadonlyArray<Informer<unknown>>)
+    },
+    get lastFailure() {
+      return lastFailureOf(all as ReadonlyArray<Informer<unknown>>)
+    },
+    resumeNow: () => {
+      for (const i of all) i.resumeNow()
     },
   }
   return set

@@ -33,8 +33,8 @@ export interface InformerOptions<T> {
   readonly labelSelector?: string
   /** LIST page size (limit); default 500. */
   readonly pageSize?: number
-  /** Every resyncMs, every cached object is re-delivered as onUpdate(obj, obj); default 10 min; 0 = off. */
-  readonly resyncMs?: number
+  /** Every resyncMs, every cached object is re-delivered as onUpdate(obj, obj); 0 = off. */
+  readonly resyncMs: number
   /** Secondary indexes, e.g. by controller-owner uid. */
   readonly indexers?: Indexers<T>
   /** For logs; default the plural (plus group). */
@@ -79,6 +79,19 @@ export interface Informer<T> {
   readonly resourceVersion: string | undefined
   /** The last LIST/WATCH failure, for status reporting; cleared by the next successful LIST or watch event. */
   readonly lastError: string | undefined
+  /** HTTP status of the last failure when the API server answered it (401, 403, 404, ...). */
+  readonly lastErrorStatus: number | undefined
+  /**
+   * Clock time of the first LIST/WATCH failure since the informer last worked (undefined while it
+   * works): a LIST that succeeds or a watch the server accepts ends it. Callers decide how long a
+   * failing informer may still be trusted.
+   */
+  readonly failingSince: number | undefined
+  /**
+   * Ends a backoff wait now and restarts the backoff from its first step: the caller knows the server
+   * answers again (a probe succeeded), so the cache should catch up at once rather than after up to 30 s.
+   */
+  resumeNow(): void
   /** Hooks for tests and fault injection. */
   readonly testing: {
     /** Aborts the current watch; the next one starts from `resourceVersion` when given (e.g. "1" forces a 410). */
@@ -116,7 +129,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
 ): Effect.fn.Return<Informer<T>, never, Scope.Scope> {
   const { client, resource } = options
   const pageSize = options.pageSize ?? 500
-  const resyncMs = options.resyncMs ?? 10 * 60_000
+  const resyncMs = options.resyncMs
   const initialBackoffMs = options.backoff?.initialMs ?? 800
   const maxBackoffMs = options.backoff?.maxMs ?? 30_000
   const resetAfterMs = options.backoff?.resetAfterMs ?? 120_000
@@ -208,6 +221,12 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
   let errors = 0
   let events = 0
   let lastError: string | undefined
+  let lastErrorStatus: number | undefined
+  let failingSince: number | undefined
+  let wake = Deferred.makeUnsafe<void>()
+  const recovered = () => {
+    failingSince = undefined
+  }
   // The RV the next watch starts from; undefined means a LIST is needed first.
   let rv: string | undefined
   let forcedRv: string | undefined
@@ -266,6 +285,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
       }
     }
     if (lastError !== undefined) lastError = undefined
+    if (failingSince !== undefined) recovered()
     return undefined
   }
 
@@ -317,6 +337,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
     for (const [oldObj, newObj] of result.updated) deliverUpdate(oldObj, newObj)
     rv = listed.resourceVersion
     lastError = undefined
+    recovered()
     return result
   }
 
@@ -330,9 +351,12 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
           timeoutSeconds: String(timeoutSeconds),
           ...(options.labelSelector ? { labelSelector: options.labelSelector } : {}),
         },
-        options.watchInactivityTimeoutMs !== undefined
-          ? { inactivityTimeoutMs: options.watchInactivityTimeoutMs }
-          : undefined,
+        {
+          ...(options.watchInactivityTimeoutMs !== undefined
+            ? { inactivityTimeoutMs: options.watchInactivityTimeoutMs }
+            : {}),
+          onConnected: recovered,
+        },
       )
       .pipe(
         Stream.runForEachArray((batch) => {
@@ -348,7 +372,9 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
   const onFailure = Effect.fnUntraced(function* (error: KubeError, phase: "list" | "watch") {
     errors++
     lastError = `${phase}: ${describe(error)}`
+    lastErrorStatus = error._tag === "KubeApiError" ? error.status : undefined
     const now = yield* Clock.currentTimeMillis
+    failingSince ??= now
     if (healthySince !== undefined && now - healthySince >= resetAfterMs) backoffMs = initialBackoffMs
     healthySince = undefined
     const gone = isGone(error)
@@ -376,7 +402,18 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
     if (gone) yield* Effect.logInfo("resourceVersion expired; relisting").pipe(Effect.annotateLogs(fields))
     else
       yield* Effect.logWarning("list/watch failed; retrying with backoff").pipe(Effect.annotateLogs(fields))
-    if (waitMs > 0) yield* Effect.sleep(waitMs)
+    if (waitMs > 0) {
+      // Only a resumeNow() during this wait ends it early.
+      wake = Deferred.makeUnsafe<void>()
+      const woken = yield* Effect.raceFirst(
+        Effect.sleep(waitMs).pipe(Effect.as(false)),
+        Deferred.await(wake).pipe(Effect.as(true)),
+      )
+      if (woken) {
+        backoffMs = initialBackoffMs
+        yield* Effect.logInfo("server answers again; retrying list/watch now")
+      }
+    }
   })
 
   const loop = Effect.gen(function* () {
@@ -455,7 +492,10 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
         )
         continue
       }
-      if (isGone(error)) rv = undefined
+      // 410: the RV expired. 401/403/404: the identity lost its rights or the resource (its CRD) went
+      // away; whatever comes back must be listed afresh, never re-watched from the old RV.
+      if (isGone(error) || (error._tag === "KubeApiError" && [401, 403, 404].includes(error.status)))
+        rv = undefined
       yield* onFailure(error, "watch")
     }
   }).pipe(Effect.annotateLogs(annotations))
@@ -505,6 +545,15 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
     },
     get lastError() {
       return lastError
+    },
+    get lastErrorStatus() {
+      return lastErrorStatus
+    },
+    get failingSince() {
+      return failingSince
+    },
+    resumeNow: () => {
+      Deferred.doneUnsafe(wake, Effect.void)
     },
     testing: {
       restartWatch: (resourceVersion) => {
