@@ -9,3 +9,9 @@ export {
   renderKubeconfig,
   startFleet,
 } from "./fleet.ts"
+export {
+  installFleetcheck,
+  type PrepareFleetOptions,
+  prepareFleet,
+  registerWithSecret,
+} from "./fleetcheck.ts"

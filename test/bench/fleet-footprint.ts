@@ -2,6 +2,7 @@
 //   node test/bench/fleet-footprint.ts [clusters=3]
 import { readFileSync } from "node:fs"
 import { startFleet } from "../../clusters/local-fleet/index.ts"
+import { sleep } from "../support/wait.ts"
 
 const n = Number(process.argv[2] ?? 3)
 const rssKiB = (pid: number): number => {
@@ -29,7 +30,7 @@ const t0 = performance.now()
 const fleet = await startFleet({ clusters: Array.from({ length: n }, (_, i) => `c${i + 1}`), log: () => {} })
 const startSeconds = (performance.now() - t0) / 1000
 // Let the control planes settle (post-start hooks, controller caches) before measuring.
-await new Promise((r) => setTimeout(r, 10_000))
+await sleep(10_000)
 const byKind = new Map<string, number[]>()
 const add = (kind: string, kib: number) => byKind.set(kind, [...(byKind.get(kind) ?? []), kib])
 for (const pid of pgrepEtcd(fleet.runDir)) add("etcd (shared)", rssKiB(pid))

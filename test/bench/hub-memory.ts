@@ -3,11 +3,11 @@
 //   node test/bench/hub-memory.ts [checksPerMember=500]
 import { type ChildProcess, fork } from "node:child_process"
 import { type LocalCluster, startFleet } from "../../clusters/local-fleet/index.ts"
+import { sleep } from "../support/wait.ts"
 
 const perMember = Number(process.argv[2] ?? 500)
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const hubNs = "fleetcheck-system"
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 /** The hub process's V8 heap in use and RSS, after forced garbage collections. */
 const measure = (proc: ChildProcess) =>
   new Promise<{ heap: number; rss: number }>((resolve) => {

@@ -5,6 +5,7 @@ import { Effect, References, Scope } from "effect"
 import { runHub } from "../../src/hub/hub.ts"
 import { defaultMemberTimings } from "../../src/hub/member.ts"
 import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
+import { sleep } from "../support/wait.ts"
 
 const kc = new KubeConfig()
 kc.loadFromFile(process.env.KUBECONFIG ?? "")
@@ -29,7 +30,7 @@ process.on("message", async (msg) => {
   if (msg !== "measure") return
   for (let i = 0; i < 4; i++) {
     globalThis.gc?.()
-    await new Promise((r) => setTimeout(r, 100))
+    await sleep(100)
   }
   const m = process.memoryUsage()
   process.send?.({ heap: m.heapUsed, rss: m.rss })

@@ -4,14 +4,13 @@
 //   node test/bench/reconcile.ts [checks=300] [rounds=20]
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, References, Scope } from "effect"
-import { startFleet } from "../../clusters/local-fleet/index.ts"
-import { installFleetcheck } from "../../src/cli/dev.ts"
-import { startMemberEngine } from "../../src/engine/member-engine.ts"
+import { installFleetcheck, startFleet } from "../../clusters/local-fleet/index.ts"
+import { startMemberEngine } from "../../src/hub/member-engine.ts"
+import { sleep } from "../support/wait.ts"
 
 const n = Number(process.argv[2] ?? 300)
 const rounds = Number(process.argv[3] ?? 20)
 const ns = "bench"
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 const fleet = await startFleet({ clusters: ["member"], log: () => {} })
 try {

@@ -7,14 +7,13 @@ import { accessSync, constants, mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { type Browser, type BrowserContext, chromium, type Locator, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
-import { prepareFleet } from "../../src/cli/dev.ts"
+import { type LocalFleet, prepareFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { type RunningHub, startHub } from "../support/hub.ts"
+import { sleep } from "../support/wait.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 const resultsDir = join(root, "test-results")
 const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 interface FleetJson {
   checks: Array<{

@@ -4,6 +4,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { existsSync, readFileSync } from "node:fs"
 import { afterAll, describe, expect, it } from "vitest"
+import { sleep } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
 
@@ -65,7 +66,7 @@ describe("fleetcheck dev", () => {
     const code = await new Promise<number | null>((r) => dev?.once("exit", r))
     expect(code).toBe(0)
     const deadline = Date.now() + 15_000
-    while (Date.now() < deadline && pids.some(alive)) await new Promise((r) => setTimeout(r, 200))
+    while (Date.now() < deadline && pids.some(alive)) await sleep(200)
     expect(pids.filter(alive)).toEqual([])
     expect(existsSync(runDir!)).toBe(false)
   })

@@ -8,8 +8,13 @@ import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
-import { installFleetcheck, registerWithSecret } from "../../src/cli/dev.ts"
+import {
+  installFleetcheck,
+  type LocalCluster,
+  type LocalFleet,
+  registerWithSecret,
+  startFleet,
+} from "../../clusters/local-fleet/index.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname

@@ -15,21 +15,14 @@ import {
 import { hubLeaseName } from "../../src/api/names.ts"
 import { type LeaderElector, type Lease, makeLeaderElector } from "../../src/hub/leader-election.ts"
 import { type KubeClient, makeKubeClient } from "../../src/kube/client.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
 
 const namespace = "fleetcheck-system"
 const fast = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const now = () => performance.now()
-
-const waitUntil = async (what: string, timeoutMs: number, check: () => boolean | Promise<boolean>) => {
-  const deadline = now() + timeoutMs
-  while (now() < deadline) {
-    if (await check()) return
-    await sleep(20)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-}
+/** waitUntil's probe interval: short, since tests time how soon leadership changes hands. */
+const pollMs = 20
 
 type ProxyMode = "pass" | "refuse" | "blackhole"
 
@@ -251,7 +244,7 @@ describe("leader election against a real apiserver", () => {
     const marks: Mark[] = []
     const a = await startElector("hub-a", hubLeaseName, marks)
     const b = await startElector("hub-b", hubLeaseName, marks)
-    await waitUntil("a leader", 5_000, () => leaders([a, b]).length === 1)
+    await waitUntil("a leader", 5_000, () => leaders([a, b]).length === 1, pollMs)
     const leader = await assertSingleLeader([a, b], hubLeaseName, 3_000)
     const standby = leader === a ? b : a
     const lease = await getLease(hubLeaseName)
@@ -261,7 +254,7 @@ describe("leader election against a real apiserver", () => {
 
     const stopAt = now()
     await leader.stop()
-    await waitUntil("the standby to lead", 5_000, () => standby.elector.isLeader())
+    await waitUntil("the standby to lead", 5_000, () => standby.elector.isLeader(), pollMs)
     const takeoverMs = first(marks, standby.id, "start", stopAt)! - stopAt
     console.log(`takeover after a released lease (3 s / 2 s / 0.5 s): ${takeoverMs.toFixed(0)} ms`)
     // A standby that had to wait for expiry would need ≥ leaseDuration since its last observation.
@@ -281,14 +274,14 @@ describe("leader election against a real apiserver", () => {
       const lease = `le-cut-${how}`
       const marks: Mark[] = []
       const a = await startElector("cut-a", lease, marks)
-      await waitUntil("a to lead", 5_000, () => a.elector.isLeader())
+      await waitUntil("a to lead", 5_000, () => a.elector.isLeader(), pollMs)
       const b = await startElector("cut-b", lease, marks)
       await sleep(1_500)
       expect(leaders([a, b])).toEqual([a])
 
       const cutAt = now()
       a.proxy.cut(how)
-      await waitUntil("b to lead", 10_000, () => b.elector.isLeader())
+      await waitUntil("b to lead", 10_000, () => b.elector.isLeader(), pollMs)
       const lastRenew = a.writes.filter((t) => t < cutAt).at(-1)!
       const aStop = first(marks, a.id, "stop")!
       const bStart = first(marks, b.id, "start")!
@@ -316,7 +309,7 @@ describe("leader election against a real apiserver", () => {
     const lease = "le-freeze"
     const marks: Mark[] = []
     const a = await startElector("frz-a", lease, marks)
-    await waitUntil("a to lead", 5_000, () => a.elector.isLeader())
+    await waitUntil("a to lead", 5_000, () => a.elector.isLeader(), pollMs)
     const b = await startElector("frz-b", lease, marks)
     await sleep(1_500)
     const frozenAt = now()
@@ -326,6 +319,7 @@ describe("leader election against a real apiserver", () => {
         "a to stop leading",
         5_000,
         () => !a.elector.isLeader() && first(marks, a.id, "stop") !== undefined,
+        pollMs,
       )
       await sleep(1_500)
       expect(leaders([a, b])).toEqual([])
@@ -336,7 +330,7 @@ describe("leader election against a real apiserver", () => {
     const aStop = first(marks, a.id, "stop")!
     console.log(`frozen apiserver: a stopped ${(aStop - lastRenew).toFixed(0)} ms after its last renewal`)
     expect(aStop - lastRenew).toBeLessThan(fast.leaseDurationMs)
-    await waitUntil("one leader after the thaw", 10_000, () => leaders([a, b]).length === 1)
+    await waitUntil("one leader after the thaw", 10_000, () => leaders([a, b]).length === 1, pollMs)
     const leader = await assertSingleLeader([a, b], lease, 2_500)
     // Whoever leads now started after a's old term had fully ended.
     expect(first(marks, leader.id, "start", aStop)).toBeGreaterThan(aStop)
@@ -347,12 +341,12 @@ describe("leader election against a real apiserver", () => {
     const defaults = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 }
     const marks: Mark[] = []
     const a = await startElector("def-a", lease, marks, defaults)
-    await waitUntil("a to lead", 5_000, () => a.elector.isLeader())
+    await waitUntil("a to lead", 5_000, () => a.elector.isLeader(), pollMs)
     const b = await startElector("def-b", lease, marks, defaults)
     await sleep(2_500)
     const cutAt = now()
     a.proxy.cut("refuse")
-    await waitUntil("b to lead", 30_000, () => b.elector.isLeader())
+    await waitUntil("b to lead", 30_000, () => b.elector.isLeader(), pollMs)
     const lastRenew = a.writes.filter((t) => t < cutAt).at(-1)!
     const aStop = first(marks, a.id, "stop")!
     const bStart = first(marks, b.id, "start")!
@@ -369,7 +363,7 @@ describe("leader election against a real apiserver", () => {
     await sleep(500)
     const stopAt = now()
     await b.stop()
-    await waitUntil("a to lead again", 10_000, () => a.elector.isLeader())
+    await waitUntil("a to lead again", 10_000, () => a.elector.isLeader(), pollMs)
     const takeoverMs = first(marks, a.id, "start", stopAt)! - stopAt
     console.log(`takeover after a released lease (15 s / 10 s / 2 s): ${takeoverMs.toFixed(0)} ms`)
     expect(takeoverMs).toBeLessThan(2_000 * 2.2 + 1_000)

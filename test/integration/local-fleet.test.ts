@@ -5,6 +5,7 @@ import { spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { waitUntil } from "../support/wait.ts"
 
 const jobManifest = (name: string, annotations: Record<string, string>) => ({
   apiVersion: "batch/v1",
@@ -26,15 +27,6 @@ const isAlive = (pid: number) => {
   } catch {
     return false
   }
-}
-
-const waitUntil = async (what: string, timeoutMs: number, check: () => Promise<boolean> | boolean) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await new Promise((r) => setTimeout(r, 200))
-  }
-  throw new Error(`timed out waiting for ${what}`)
 }
 
 describe("local fleet", () => {

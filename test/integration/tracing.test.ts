@@ -6,8 +6,13 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
-import { installFleetcheck, registerWithSecret } from "../../src/cli/dev.ts"
+import {
+  installFleetcheck,
+  type LocalCluster,
+  type LocalFleet,
+  registerWithSecret,
+  startFleet,
+} from "../../clusters/local-fleet/index.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname

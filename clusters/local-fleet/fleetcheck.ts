@@ -1,0 +1,111 @@
+// fleetcheck on a local fleet: the CRDs installed, members registered by kubeconfig Secrets, and the
+// samples in clusters/samples applied. Used by the tests, the benchmarks and `fleetcheck dev`.
+import { readdirSync, readFileSync } from "node:fs"
+import { join } from "node:path"
+import { parseAllDocuments } from "yaml"
+import {
+  apiGroup,
+  backupCheckPlural,
+  defaultHubNamespace,
+  memberClusterPlural,
+  registrationKubeconfigKey,
+  registrationLabel,
+} from "../../src/api/names.ts"
+import type { LocalCluster, LocalFleet } from "./fleet.ts"
+
+const root = new URL("../../", import.meta.url).pathname
+const crdDir = join(root, "deploy/crds")
+const samplesDir = join(root, "clusters/samples")
+
+const must = async (what: string, p: Promise<{ code: number; stderr: string }>) => {
+  const r = await p
+  if (r.code !== 0) throw new Error(`${what}: ${r.stderr.trim()}`)
+}
+
+/** Registers a member the way an operator would: a labelled Secret holding its kubeconfig. */
+export const registerWithSecret = async (
+  hub: LocalCluster,
+  member: LocalCluster,
+  labels: Record<string, string>,
+) => {
+  const secret = {
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: {
+      name: member.name,
+      namespace: defaultHubNamespace,
+      labels: { [registrationLabel]: "true", ...labels },
+    },
+    data: { [registrationKubeconfigKey]: Buffer.from(member.kubeconfig).toString("base64") },
+  }
+  const res = await hub.api("POST", `/api/v1/namespaces/${defaultHubNamespace}/secrets`, secret)
+  if (res.status !== 201) throw new Error(`registering ${member.name}: ${JSON.stringify(res.body)}`)
+}
+
+/** The sample BackupChecks, in file name order. */
+const samples = () =>
+  readdirSync(samplesDir)
+    .filter((f) => f.endsWith(".yaml"))
+    .sort()
+    .map((f) => join(samplesDir, f))
+
+/** The namespace of the first object in the file that names one; "default" when none does. */
+const namespaceOf = (file: string): string => {
+  for (const doc of parseAllDocuments(readFileSync(file, "utf8"))) {
+    const namespace = (doc.toJS() as { metadata?: { namespace?: unknown } } | null)?.metadata?.namespace
+    if (typeof namespace === "string" && namespace !== "") return namespace
+  }
+  return "default"
+}
+
+/** Applies a generated CRD and waits until the API server serves it. */
+const installCrd = async (cluster: LocalCluster, what: string, plural: string) => {
+  await must(
+    what,
+    cluster.kubectl(["apply", "--server-side", "-f", join(crdDir, `${apiGroup}_${plural}.yaml`)]),
+  )
+  await must(
+    what,
+    cluster.kubectl(["wait", "--for=condition=Established", `crd/${plural}.${apiGroup}`, "--timeout=30s"]),
+  )
+}
+
+/** The MemberCluster CRD and the hub namespace in the hub; the BackupCheck CRD (served) in each member. */
+export const installFleetcheck = async (hub: LocalCluster, members: ReadonlyArray<LocalCluster>) => {
+  await installCrd(hub, "hub CRD", memberClusterPlural)
+  await hub.api("POST", "/api/v1/namespaces", { metadata: { name: defaultHubNamespace } })
+  for (const m of members) await installCrd(m, `${m.name} CRD`, backupCheckPlural)
+}
+
+export interface PrepareFleetOptions {
+  /** Progress lines; default: stderr, prefixed `[fleet]`. */
+  readonly log?: (line: string) => void
+}
+
+/**
+ * The fleet `fleetcheck dev` runs: the cluster named "hub" is the hub, every other cluster a member
+ * registered with `env` and `region` labels, and the samples applied round-robin to the members (the
+ * first member gets the first sample). Returns the sample files applied.
+ */
+export const prepareFleet = async (
+  fleet: LocalFleet,
+  options: PrepareFleetOptions = {},
+): Promise<ReadonlyArray<string>> => {
+  const log = options.log ?? ((line: string) => process.stderr.write(`[fleet] ${line}\n`))
+  const hub = fleet.cluster("hub")
+  const members = fleet.clusters.filter((c) => c.name !== "hub")
+  log("installing CRDs")
+  await installFleetcheck(hub, members)
+  log("registering members")
+  for (const [i, m] of members.entries())
+    await registerWithSecret(hub, m, { env: "dev", region: `local-${i + 1}` })
+  // One sample per member, round-robin: member-1 gets the passing check, member-2 the failing one.
+  const files = samples()
+  for (const [i, file] of files.entries()) {
+    const m = members[i % members.length]!
+    await m.api("POST", "/api/v1/namespaces", { metadata: { name: namespaceOf(file) } })
+    await must(`applying ${file} to ${m.name}`, m.kubectl(["apply", "-f", file]))
+    log(`applied ${file.slice(root.length)} to ${m.name}`)
+  }
+  return files
+}
