@@ -12,7 +12,7 @@ import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/l
 import { runRegister } from "../../src/cli/register/register.ts"
 import { runUnregister } from "../../src/cli/register/unregister.ts"
 import { KubeApiError, type KubeRequest, makeKubeClient } from "../../src/kube/client.ts"
-import { checkKubeconfig, defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
+import { checkKubeconfig, defaultPolicy } from "../../src/kubeconfig/policy.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { waitUntil } from "../support/wait.ts"
 

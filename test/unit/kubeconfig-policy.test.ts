@@ -16,7 +16,7 @@ import {
   maxKubeconfigBytes,
   parseNamespaces,
   redact,
-} from "../../src/registration/kubeconfig-policy.ts"
+} from "../../src/kubeconfig/policy.ts"
 
 // Throwaway self-signed material made with openssl for these tests only (see fixtures/README.md).
 const fixture = (name: string) =>

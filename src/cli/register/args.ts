@@ -5,7 +5,7 @@ import { parseArgs } from "node:util"
 import { Data, Effect } from "effect"
 import { defaultHubNamespace, registrationLabel } from "../../api/names.ts"
 import { parseDuration } from "../../api/syntax.ts"
-import { parseNamespaces } from "../../registration/kubeconfig-policy.ts"
+import { parseNamespaces } from "../../kubeconfig/policy.ts"
 
 /** The command line is wrong: the command prints the message and exits 2. */
 export class UsageError extends Data.TaggedError("UsageError")<{ readonly message: string }> {}

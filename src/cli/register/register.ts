@@ -23,11 +23,7 @@ import {
   registrationLabel,
 } from "../../api/names.ts"
 import { backupChecks, pathOf, serviceAccounts } from "../../kube/resources.ts"
-import {
-  checkKubeconfig,
-  defaultExpiryWindowMs,
-  defaultPolicy,
-} from "../../registration/kubeconfig-policy.ts"
+import { checkKubeconfig, defaultExpiryWindowMs, defaultPolicy } from "../../kubeconfig/policy.ts"
 import { parseRegisterArgs, type RegisterArgs, registerCommandUsage, UsageError } from "./args.ts"
 import {
   CommandError,
