@@ -4,19 +4,26 @@
 // hub (drain, release the lease), then every process, and removes the temporary directory.
 import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
-import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
-import { defaultHubNamespace } from "../api/names.ts"
+import { resolveHubConfig } from "../hub/config.ts"
 import { fleetView } from "../hub/fleet-state.ts"
-import { runHub } from "../hub/hub.ts"
-import { defaultMemberTimings } from "../hub/member.ts"
-import { makeMetrics } from "../observability/metrics/index.ts"
-import { TracingLive } from "../observability/tracing.ts"
-import { defaultPolicy } from "../registration/kubeconfig-policy.ts"
+import { type LaunchedHub, launchHub } from "../hub/launch.ts"
 import { renderStatus } from "./status.ts"
+
+export const devUsage = `Usage: fleetcheck dev [--members N] [--port PORT]
+
+Starts a real local fleet on this machine: a hub cluster and N member clusters (default 2) sharing one
+etcd, the CRDs, every member registered by a kubeconfig Secret, the samples in clusters/samples, and
+the hub with its dashboard on 127.0.0.1:PORT (default 8080). Ctrl-C stops everything and removes it.
+FLEETCHECK_* hub settings apply (see fleetcheck hub --help); logs default to Warn.
+`
 
 const say = (line: string) => process.stderr.write(`[dev] ${line}\n`)
 
 export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
+  if (args.includes("--help") || args.includes("-h")) {
+    process.stdout.write(devUsage)
+    return 0
+  }
   const { values } = parseArgs({
     args: [...args],
     options: { members: { type: "string", default: "2" }, port: { type: "string", default: "8080" } },
@@ -37,18 +44,13 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     clusters: names.map((name) => (name === "hub" ? { name, workloads: false } : { name })),
     log: (l) => say(l),
   })
-  const scope = Effect.runSync(Scope.make())
-  const logLevel = (process.env.FLEETCHECK_LOG_LEVEL as "Info" | "Warn" | undefined) ?? "Warn"
-  const logger = Layer.merge(
-    Logger.layer([Logger.consoleJson]),
-    Layer.succeed(References.MinimumLogLevel, logLevel),
-  )
+  let hub: LaunchedHub | undefined
   let stopping = false
   const stop = async (signal: string) => {
     if (stopping) return
     stopping = true
     say(`${signal}: stopping the hub and the fleet`)
-    await Effect.runPromise(Scope.close(scope, Exit.void).pipe(Effect.provide(logger))).catch(() => {})
+    await hub?.stop().catch(() => {})
     await fleet.stop()
     say("stopped; no process or temporary directory left behind")
     process.exit(0)
@@ -57,37 +59,29 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   process.on("SIGTERM", () => void stop("SIGTERM"))
   try {
     const samples = await prepareFleet(fleet, { log: say })
-    const kc = new KubeConfig()
-    kc.loadFromString(fleet.cluster("hub").kubeconfig)
-    const services = await Effect.runPromise(
-      Layer.buildWithScope(Layer.merge(logger, TracingLive({ serviceName: "fleetcheck-hub" })), scope),
-    )
-    const hub = await Effect.runPromise(
-      runHub({
-        hubKubeConfig: kc,
-        namespace: defaultHubNamespace,
-        policy: defaultPolicy,
-        timings: { ...defaultMemberTimings, probeIntervalMs: 2_000, runningPollMs: 5_000 },
-        maxConcurrentReconciles: 32,
-        http: { host: "127.0.0.1", port },
-        leaderElection: {
-          enabled: true,
-          leaseDurationMs: 15_000,
-          renewDeadlineMs: 10_000,
-          retryPeriodMs: 2_000,
-        },
-        metrics: makeMetrics(),
-      }).pipe(Scope.provide(scope), Effect.provide(services)),
-    )
-    const url = `http://127.0.0.1:${hub.port}`
+    const kubeConfig = new KubeConfig()
+    kubeConfig.loadFromString(fleet.cluster("hub").kubeconfig)
+    // The hub's settings from the environment, with a local fleet's quicker probes and polls.
+    const config = resolveHubConfig({}, { FLEETCHECK_LOG_LEVEL: "Warn", ...process.env })
+    const running = await launchHub({
+      config: {
+        ...config,
+        httpAddress: { host: "127.0.0.1", port },
+        probeIntervalMs: 2_000,
+        runningPollMs: 5_000,
+      },
+      kubeConfig,
+    })
+    hub = running
+    const url = running.url
     say("waiting for the sample checks to finish their first runs")
     const deadline = Date.now() + 120_000
     while (Date.now() < deadline) {
-      const view = fleetView(hub.members.values(), Date.now())
+      const view = fleetView(running.members.values(), Date.now())
       if (view.checks.length >= samples.length && view.checks.every((c) => c.status !== "Unknown")) break
       await new Promise((r) => setTimeout(r, 500))
     }
-    const view = fleetView(hub.members.values(), Date.now())
+    const view = fleetView(running.members.values(), Date.now())
     process.stdout.write(
       [
         "",

@@ -1,6 +1,6 @@
 // fleetcheck's command line. Each command lives in its own module; this file only dispatches.
 import { runDev } from "./dev.ts"
-import { hubUsage, runHubCommand } from "./hub.ts"
+import { runHubCommand } from "./hub.ts"
 import { registerUsage } from "./register/args.ts"
 import { runRegister } from "./register/register.ts"
 import { runUnregister } from "./register/unregister.ts"
@@ -15,8 +15,8 @@ ${registerUsage}  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o
   fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
   fleetcheck help                this text
 
-Hub flags:
-${hubUsage}
+Every command answers --help; \`fleetcheck hub --help\` lists every hub setting with its
+environment variable and default.
 `
 
 const main = async (argv: ReadonlyArray<string>): Promise<number> => {

@@ -2,35 +2,29 @@
 // Exit codes for scripts: 0 every check verified and every cluster healthy, 1 something is failing or
 // unknown, 3 the hub could not be reached or answered nonsense.
 import { parseArgs } from "node:util"
-import * as z from "zod"
-import type { FleetView } from "../hub/fleet-state.ts"
+import { type FleetView, FleetViewSchema, isFleetHealthy } from "../api/fleet.ts"
 
-const FleetSchema = z.object({
-  generatedAt: z.string(),
-  clusters: z.array(
-    z.object({
-      name: z.string(),
-      conditions: z.array(
-        z.object({ type: z.string(), status: z.string(), reason: z.string(), message: z.string() }),
-      ),
-      counts: z.object({ total: z.number(), verified: z.number(), failed: z.number(), unknown: z.number() }),
-      kubernetesVersion: z.string().optional(),
-    }),
-  ),
-  checks: z.array(
-    z.object({
-      cluster: z.string(),
-      namespace: z.string(),
-      name: z.string(),
-      status: z.enum(["True", "False", "Unknown"]),
-      reason: z.string(),
-      message: z.string(),
-      lastSuccessfulTime: z.string().optional(),
-    }),
-  ),
-})
+export const statusUsage = `Usage: fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o table|json]
 
-const table = (rows: string[][]): string => {
+The fleet at a glance, read from the hub's /api/v1/fleet.
+  --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080)
+  --cluster NAME   one member only
+  --failing        only checks that are not verified, and clusters that are not healthy
+  -o, --output     table (default) or json
+
+Exit codes: 0 every check verified and every cluster healthy; 1 something failing or unknown;
+3 the hub could not answer truthfully (unreachable, a standby, still syncing, or nonsense).
+`
+
+/**
+ * Member-controlled text (names, messages, versions) is shown in an operator's terminal: C0 and C1
+ * controls, DEL and bidirectional overrides are replaced, so no escape sequence reaches the terminal.
+ */
+export const terminalSafe = (s: string): string =>
+  s.replace(/[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, "\ufffd")
+
+const table = (unsafeRows: string[][]): string => {
+  const rows = unsafeRows.map((r) => r.map(terminalSafe))
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length))) ?? []
   return rows
     .map((r) =>
@@ -44,7 +38,7 @@ const table = (rows: string[][]): string => {
 
 const clip = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s)
 
-export const renderStatus = (view: z.output<typeof FleetSchema> | FleetView): string => {
+export const renderStatus = (view: FleetView): string => {
   const cond = (c: (typeof view.clusters)[number], type: string) =>
     c.conditions.find((x) => x.type === type)?.status ?? "Unknown"
   const clusters = table([
@@ -75,11 +69,11 @@ export const renderStatus = (view: z.output<typeof FleetSchema> | FleetView): st
   return `${clusters}\n\n${view.checks.length ? checks : "no BackupChecks"}\n`
 }
 
-export const healthy = (view: z.output<typeof FleetSchema>): boolean =>
-  view.checks.every((c) => c.status === "True") &&
-  view.clusters.every((c) => c.conditions.every((x) => x.type !== "Ready" || x.status === "True"))
-
 export const runStatus = async (args: ReadonlyArray<string>): Promise<number> => {
+  if (args.includes("--help") || args.includes("-h")) {
+    process.stdout.write(statusUsage)
+    return 0
+  }
   const { values } = parseArgs({
     args: [...args],
     options: {
@@ -93,18 +87,27 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
   const url = new URL("/api/v1/fleet", values.hub)
   if (values.cluster) url.searchParams.set("cluster", values.cluster)
   if (values.failing) url.searchParams.set("failing", "true")
+  if (values.output !== "table" && values.output !== "json") {
+    process.stderr.write(`fleetcheck status: -o must be table or json\n\n${statusUsage}`)
+    return 2
+  }
   let body: unknown
   try {
     const res = await fetch(url, { signal: AbortSignal.timeout(10_000) })
-    if (!res.ok) throw new Error(`HTTP ${res.status}`)
-    body = await res.json()
+    const text = await res.text()
+    if (!res.ok) {
+      // A standby or syncing hub answers 503 and says why (and who leads): that is not "all good".
+      const why = /^\{/.test(text) ? String(JSON.parse(text).message ?? "") : ""
+      throw new Error(`HTTP ${res.status}${why ? `: ${terminalSafe(why)}` : ""}`)
+    }
+    body = JSON.parse(text)
   } catch (e) {
     process.stderr.write(
       `fleetcheck status: cannot read ${url.href}: ${e instanceof Error ? e.message : String(e)}\n`,
     )
     return 3
   }
-  const parsed = FleetSchema.safeParse(body)
+  const parsed = FleetViewSchema.safeParse(body)
   if (!parsed.success) {
     process.stderr.write(
       `fleetcheck status: unexpected answer from ${url.href}: ${parsed.error.issues[0]?.message}\n`,
@@ -114,5 +117,11 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
   process.stdout.write(
     values.output === "json" ? `${JSON.stringify(body, null, 2)}\n` : renderStatus(parsed.data),
   )
-  return healthy(parsed.data) ? 0 : 1
+  if (parsed.data.leader === false) {
+    process.stderr.write(
+      `fleetcheck status: ${url.origin} is not the leading hub; its view is not the fleet's\n`,
+    )
+    return 3
+  }
+  return isFleetHealthy(parsed.data) ? 0 : 1
 }

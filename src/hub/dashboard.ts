@@ -1,7 +1,7 @@
 // The dashboard: one server-rendered page, readable without JavaScript. Clusters at the top, then every
 // check with failing ones first, each with its reason, last success and trace id. Everything shown is
 // escaped: check names, messages and labels come from the members and are untrusted.
-import type { FleetView } from "./fleet-state.ts"
+import { type FleetView, isClusterHealthy } from "../api/fleet.ts"
 
 const esc = (s: string | undefined): string =>
   (s ?? "").replace(
@@ -38,6 +38,35 @@ const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`
 
 const condition = (conditions: FleetView["clusters"][number]["conditions"], type: string) =>
   conditions.find((c) => c.type === type)
+
+/** What a hub that cannot answer for the fleet shows instead: why, and never a green title. */
+export const renderUnavailable = (message: string, hub: string): string => `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="refresh" content="5">
+<title>fleetcheck: not available</title>
+<style>body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1b1f24; }</style>
+</head>
+<body>
+<h1>fleetcheck</h1>
+<p><strong>This hub cannot show the fleet right now.</strong> ${esc(message)}</p>
+<p>Answered by ${esc(hub)}; this page reloads every 5 seconds.</p>
+</body>
+</html>
+`
+
+const title = (view: FleetView, failing: number, unknown: number) =>
+  failing > 0
+    ? `${failing} failing`
+    : unknown > 0
+      ? `${unknown} unknown`
+      : view.checks.length === 0
+        ? "no checks"
+        : view.clusters.every(isClusterHealthy)
+          ? "all verified"
+          : "clusters need attention"
 
 export const renderDashboard = (view: FleetView, info: { leader: boolean; hub: string }): string => {
   const failing = view.checks.filter((c) => c.status === "False").length
@@ -82,7 +111,7 @@ export const renderDashboard = (view: FleetView, info: { leader: boolean; hub: s
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="refresh" content="10">
-<title>fleetcheck: ${failing > 0 ? `${failing} failing` : unknown > 0 ? `${unknown} unknown` : "all verified"}</title>
+<title>fleetcheck: ${title(view, failing, unknown)}</title>
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1b1f24; background: #fafbfc; }
   h1 { font-size: 1.4rem; margin: 0 0 .2rem; } h2 { font-size: 1.1rem; margin-top: 1.6rem; }

@@ -4,19 +4,34 @@
 // it by the pure functions below, so they can never disagree. An unreachable member's checks are
 // reported Unknown/ClusterUnreachable, never as their last known (possibly stale) verdict.
 import type { BackupCheck } from "../api/backupcheck.ts"
-import { type Condition, setStatusCondition, toKubeTime } from "../api/condition.ts"
+import { type Condition, findCondition, setStatusCondition, toKubeTime } from "../api/condition.ts"
+import {
+  type CheckView,
+  type ClusterView,
+  checkRank,
+  type FleetView,
+  isClusterHealthy,
+  isVerified,
+} from "../api/fleet.ts"
 import type { CheckCounts, MemberClusterStatus } from "../api/membercluster.ts"
+
+export type { CheckView, ClusterView, FleetView }
 
 export interface ProbeState {
   /** Undefined until the first probe finished. */
   connected?: boolean
   credentialsValid?: boolean
+  /** The API answered, but the hub may not list BackupChecks (403) or they are not served (404). */
+  denied?: { readonly reason: AccessFailureReason; readonly message: string }
   consecutiveFailures: number
   consecutiveSuccesses: number
   lastError?: string
   kubernetesVersion?: string
   lastProbeTime?: number
 }
+
+/** Why a reachable member still cannot be seen (SPEC §11): RBAC refuses, or LIST/WATCH keeps failing. */
+export type AccessFailureReason = "Forbidden" | "WatchFailing"
 
 export interface MemberEntry {
   readonly name: string
@@ -29,39 +44,14 @@ export interface MemberEntry {
   credentialExpiry?: Date
   expiringSoon: boolean
   probe: ProbeState
+  /** The caches' LIST/WATCH has failed for longer than the probe's own tolerance. */
+  watchFailure?: { readonly reason: AccessFailureReason; readonly message: string }
+  /** Reachable again after an outage, and the caches have not resumed yet: what they hold may be stale. */
+  catchingUp: boolean
   /** Reads the member's BackupCheck cache. */
   checks: () => ReadonlyArray<BackupCheck>
   /** The MemberCluster status last written (keeps lastTransitionTimes stable across views). */
   lastStatus?: MemberClusterStatus
-}
-
-export interface CheckView {
-  readonly cluster: string
-  readonly namespace: string
-  readonly name: string
-  readonly status: "True" | "False" | "Unknown"
-  readonly reason: string
-  readonly message: string
-  readonly lastTransitionTime?: string
-  readonly lastSuccessfulTime?: string
-  readonly nextRunTime?: string
-  readonly traceID?: string
-  readonly runID?: string
-}
-
-export interface ClusterView {
-  readonly name: string
-  readonly labels: Record<string, string>
-  readonly conditions: ReadonlyArray<Condition>
-  readonly counts: CheckCounts
-  readonly kubernetesVersion?: string
-  readonly lastProbeTime?: string
-}
-
-export interface FleetView {
-  readonly generatedAt: string
-  readonly clusters: ReadonlyArray<ClusterView>
-  readonly checks: ReadonlyArray<CheckView>
 }
 
 export const newMemberEntry = (name: string, labels: Record<string, string>): MemberEntry => ({
@@ -71,16 +61,40 @@ export const newMemberEntry = (name: string, labels: Record<string, string>): Me
   synced: false,
   expiringSoon: false,
   probe: { consecutiveFailures: 0, consecutiveSuccesses: 0 },
+  catchingUp: false,
   checks: () => [],
 })
 
-/** A member counts as reachable only when an engine runs and its last probes succeeded. */
-export const isReachable = (m: MemberEntry): boolean => m.engineRunning && m.probe.connected === true
+/** Why the hub cannot vouch for what it caches of a member, or undefined when it can. */
+export const unseenBecause = (m: MemberEntry): { reason: string; message: string } | undefined => {
+  if (!m.engineRunning) return { reason: "ClusterUnreachable", message: "no engine runs for this member" }
+  if (m.probe.connected !== true)
+    return {
+      reason: "ClusterUnreachable",
+      message: `cluster ${m.name} is unreachable${m.probe.lastError ? `: ${m.probe.lastError}` : ""}`,
+    }
+  const denied = m.probe.denied ?? m.watchFailure
+  if (denied) return denied
+  if (m.catchingUp)
+    return { reason: "CatchingUp", message: `cluster ${m.name} answers again; its caches are catching up` }
+  return undefined
+}
 
+/**
+ * A member counts as reachable only when an engine runs, its last probes succeeded, the hub may list
+ * and watch its BackupChecks, and its caches are current.
+ */
+export const isReachable = (m: MemberEntry): boolean => unseenBecause(m) === undefined
+
+/**
+ * Each cached check as every view shows it. Two rules keep stale green out of every view: an
+ * unreachable member's checks are Unknown/ClusterUnreachable, and a verdict recorded for an older
+ * generation of the spec is not the verdict for the current one (Unknown/GenerationNotVerified).
+ */
 export const checkViews = (m: MemberEntry): CheckView[] => {
-  const reachable = isReachable(m)
+  const unseen = unseenBecause(m)
   return m.checks().map((c) => {
-    const verified = (c.status?.conditions ?? []).find((x) => x.type === "Verified")
+    const verified = findCondition(c.status?.conditions, "Verified")
     const base = {
       cluster: m.name,
       namespace: c.metadata.namespace ?? "",
@@ -90,12 +104,27 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
       ...(c.status?.lastRun?.traceID ? { traceID: c.status.lastRun.traceID } : {}),
       ...(c.status?.lastRun?.runID ? { runID: c.status.lastRun.runID } : {}),
     }
-    if (!reachable) {
+    if (unseen) {
       return {
         ...base,
         status: "Unknown" as const,
-        reason: "ClusterUnreachable",
-        message: `cluster ${m.name} is unreachable${m.probe.lastError ? `: ${m.probe.lastError}` : ""}; last known: ${verified?.status ?? "Unknown"}${verified?.reason ? `/${verified.reason}` : ""}`,
+        reason: unseen.reason,
+        message: `${unseen.message}; last known: ${verified?.status ?? "Unknown"}${verified?.reason ? `/${verified.reason}` : ""}`,
+      }
+    }
+    const generation = c.metadata.generation
+    const verdictGeneration = verified?.observedGeneration ?? c.status?.observedGeneration
+    if (
+      verified &&
+      generation !== undefined &&
+      verdictGeneration !== undefined &&
+      verdictGeneration < generation
+    ) {
+      return {
+        ...base,
+        status: "Unknown" as const,
+        reason: "GenerationNotVerified",
+        message: `generation ${generation} of the spec is not verified yet; last verdict (generation ${verdictGeneration}): ${verified.status}/${verified.reason}`,
       }
     }
     return {
@@ -111,7 +140,7 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
 export const countChecks = (checks: ReadonlyArray<CheckView>): CheckCounts => {
   const counts = { total: checks.length, verified: 0, failed: 0, unknown: 0 }
   for (const c of checks) {
-    if (c.status === "True") counts.verified++
+    if (isVerified(c)) counts.verified++
     else if (c.status === "False") counts.failed++
     else counts.unknown++
   }
@@ -178,38 +207,46 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
         : p.credentialsValid === true
           ? cond("CredentialsValid", "True", "Authenticated", "the API server accepts the credentials")
           : cond("CredentialsValid", "Unknown", "Probing", "waiting for the first probe")
+  const denied = m.probe.denied ?? m.watchFailure
   const ready = !m.engineRunning
     ? cond("Ready", "False", "EngineStopped", "no engine runs for this member")
-    : m.synced
-      ? cond("Ready", "True", "CachesSynced", "engine running with synced caches")
-      : cond(
-          "Ready",
-          "False",
-          m.syncError ? "CacheSyncTimeout" : "Syncing",
-          m.syncError ?? "waiting for caches to sync",
-        )
-  const verified = !isReachable(m)
-    ? cond("BackupsVerified", "Unknown", "ClusterUnreachable", `${counts.total} checks; cluster unreachable`)
-    : counts.failed > 0
-      ? cond(
-          "BackupsVerified",
-          "False",
-          "ChecksFailing",
-          `${counts.failed} of ${counts.total} checks failing`,
-        )
-      : counts.unknown > 0
+    : denied
+      ? cond("Ready", "False", denied.reason, denied.message)
+      : !m.synced
+        ? cond(
+            "Ready",
+            "False",
+            m.syncError ? "CacheSyncTimeout" : "Syncing",
+            m.syncError ?? "waiting for caches to sync",
+          )
+        : m.catchingUp
+          ? cond("Ready", "False", "CatchingUp", "reachable again; waiting for the caches to resume")
+          : cond("Ready", "True", "CachesSynced", "engine running with synced caches")
+  const unseen = unseenBecause(m)
+  const verified = unseen
+    ? cond("BackupsVerified", "Unknown", unseen.reason, `${counts.total} checks; ${unseen.message}`)
+    : !m.synced
+      ? cond("BackupsVerified", "Unknown", "CachesNotSynced", "the member's checks are not all listed yet")
+      : counts.failed > 0
         ? cond(
             "BackupsVerified",
-            "Unknown",
-            "ChecksPending",
-            `${counts.unknown} of ${counts.total} checks not yet verified`,
+            "False",
+            "ChecksFailing",
+            `${counts.failed} of ${counts.total} checks failing`,
           )
-        : cond(
-            "BackupsVerified",
-            "True",
-            "AllVerified",
-            `${counts.verified} of ${counts.total} checks verified`,
-          )
+        : counts.unknown > 0
+          ? cond(
+              "BackupsVerified",
+              "Unknown",
+              "ChecksPending",
+              `${counts.unknown} of ${counts.total} checks not yet verified`,
+            )
+          : cond(
+              "BackupsVerified",
+              "True",
+              "AllVerified",
+              `${counts.verified} of ${counts.total} checks verified`,
+            )
   return [ready, connected, credentials, verified]
 }
 
@@ -238,8 +275,6 @@ export interface FleetFilter {
   readonly failing?: boolean
 }
 
-const checkOrder = (c: CheckView) => (c.status === "False" ? 0 : c.status === "Unknown" ? 1 : 2)
-
 export const fleetView = (
   members: Iterable<MemberEntry>,
   now: number,
@@ -251,9 +286,8 @@ export const fleetView = (
     if (filter.cluster && m.name !== filter.cluster) continue
     const views = checkViews(m)
     const conditions = memberClusterStatus(m, m.lastStatus, now).conditions ?? []
-    const selected = filter.failing ? views.filter((c) => c.status !== "True") : views
-    const unhealthy = conditions.some((c) => c.status !== "True")
-    if (filter.failing && selected.length === 0 && !unhealthy) continue
+    const selected = filter.failing ? views.filter((c) => !isVerified(c)) : views
+    if (filter.failing && selected.length === 0 && isClusterHealthy({ conditions })) continue
     clusters.push({
       name: m.name,
       labels: m.labels,
@@ -267,7 +301,7 @@ export const fleetView = (
   // Failing first, then unknown, then verified; stable by cluster/namespace/name within each group.
   checks.sort(
     (a, b) =>
-      checkOrder(a) - checkOrder(b) ||
+      checkRank(a) - checkRank(b) ||
       a.cluster.localeCompare(b.cluster) ||
       a.namespace.localeCompare(b.namespace) ||
       a.name.localeCompare(b.name),

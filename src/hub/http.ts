@@ -1,17 +1,25 @@
-// The hub's HTTP face: /healthz (the process serves), /readyz (every engaged member's caches synced, or
-// no member engaged), /metrics (the private Prometheus registry), /api/v1/fleet (JSON, filterable by
-// ?cluster= and ?failing=true) and the dashboard at / (server-rendered, no JavaScript needed).
+// The hub's HTTP face: /healthz (the process serves), /readyz (this hub can answer for the fleet: it
+// leads and has listed the registrations), /metrics (the private Prometheus registry), /api/v1/fleet
+// (JSON, filterable by ?cluster= and ?failing=true) and the dashboard at / (server-rendered, no
+// JavaScript needed). A hub that cannot answer truthfully (a standby, or a leader still syncing) says
+// so with 503 and why, on the API and the dashboard alike: an empty view is never "all verified".
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
-import { renderDashboard } from "./dashboard.ts"
+import { renderDashboard, renderUnavailable } from "./dashboard.ts"
 import { type FleetView, fleetView, type MemberEntry } from "./fleet-state.ts"
+
+/** Whether this hub's view is the fleet's, and if not, why. */
+export type Availability =
+  | { readonly answers: true }
+  | { readonly answers: false; readonly reason: "Standby" | "Syncing"; readonly message: string }
 
 export interface HubHttpOptions {
   readonly host: string
   readonly port: number
   readonly members: Map<string, MemberEntry>
-  readonly metrics?: FleetMetrics
+  readonly metrics: FleetMetrics
   readonly isLeader: () => boolean
+  readonly availability: () => Availability
   readonly identity: string
 }
 
@@ -29,14 +37,6 @@ export const viewFromQuery = (members: Map<string, MemberEntry>, url: URL): Flee
   })
 }
 
-export const readiness = (members: Map<string, MemberEntry>): { ready: boolean; notReady: string[] } => {
-  // A member whose sync timed out is reported on its MemberCluster; it must not hold the hub unready.
-  const notReady = [...members.values()]
-    .filter((m) => m.engineRunning && !m.synced && !m.syncError)
-    .map((m) => m.name)
-  return { ready: notReady.length === 0, notReady }
-}
-
 const handle = async (options: HubHttpOptions, req: IncomingMessage, res: ServerResponse) => {
   const url = new URL(req.url ?? "/", "http://hub.invalid")
   if (req.method !== "GET" && req.method !== "HEAD")
@@ -45,16 +45,24 @@ const handle = async (options: HubHttpOptions, req: IncomingMessage, res: Server
     case "/healthz":
       return send(res, 200, "text/plain", "ok\n")
     case "/readyz": {
-      const { ready, notReady } = readiness(options.members)
-      return ready
+      // Members that are syncing or refused show on their MemberCluster; they never hold the hub unready.
+      const available = options.availability()
+      return available.answers
         ? send(res, 200, "text/plain", "ok\n")
-        : send(res, 503, "text/plain", `caches not synced: ${notReady.join(", ")}\n`)
+        : send(res, 503, "text/plain", `${available.message}\n`)
     }
-    case "/metrics": {
-      if (!options.metrics) return send(res, 404, "text/plain", "metrics disabled\n")
+    case "/metrics":
       return send(res, 200, options.metrics.contentType, await options.metrics.render())
-    }
     case "/api/v1/fleet": {
+      const available = options.availability()
+      if (!available.answers) {
+        return send(
+          res,
+          503,
+          "application/json",
+          `${JSON.stringify({ reason: available.reason, message: available.message, leader: options.isLeader(), hub: options.identity }, null, 2)}\n`,
+        )
+      }
       const view = viewFromQuery(options.members, url)
       return send(
         res,
@@ -63,7 +71,15 @@ const handle = async (options: HubHttpOptions, req: IncomingMessage, res: Server
         `${JSON.stringify({ ...view, leader: options.isLeader(), hub: options.identity }, null, 2)}\n`,
       )
     }
-    case "/":
+    case "/": {
+      const available = options.availability()
+      if (!available.answers)
+        return send(
+          res,
+          503,
+          "text/html; charset=utf-8",
+          renderUnavailable(available.message, options.identity),
+        )
       return send(
         res,
         200,
@@ -73,6 +89,7 @@ const handle = async (options: HubHttpOptions, req: IncomingMessage, res: Server
           hub: options.identity,
         }),
       )
+    }
     default:
       return send(res, 404, "text/plain", "not found\n")
   }

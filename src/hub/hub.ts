@@ -2,38 +2,24 @@
 // first, then leader election, and only while leading the registration controller and every member
 // engine. Losing the lease or SIGTERM closes the leading scope: member engines drain their in-flight
 // reconciles (bounded grace), then the lease is released so a standby takes over at once.
-import { hostname } from "node:os"
 import type { KubeConfig } from "@kubernetes/client-node"
 import { Effect, type Scope, Semaphore } from "effect"
 import { hubLeaseName } from "../api/names.ts"
 import { makeKubeClient } from "../kube/client.ts"
+import { gateWrites } from "../kube/write-gate.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
-import type { KubeconfigPolicy } from "../registration/kubeconfig-policy.ts"
+import type { HubConfig } from "./config.ts"
 import type { MemberEntry } from "./fleet-state.ts"
-import { startHubHttp } from "./http.ts"
+import { type Availability, startHubHttp } from "./http.ts"
 import { makeLeaderElector } from "./leader-election.ts"
-import type { MemberTimings } from "./member.ts"
 import { runRegistration } from "./registration.ts"
 
 export interface HubOptions {
+  readonly config: HubConfig
   readonly hubKubeConfig: KubeConfig
-  /** Where registration Secrets and the Lease live (default fleetcheck-system). */
-  readonly namespace: string
-  readonly policy: KubeconfigPolicy
-  readonly timings: MemberTimings
-  /** Hub-wide cap on concurrent reconciles across all members. */
-  readonly maxConcurrentReconciles: number
-  readonly http: { readonly host: string; readonly port: number }
-  readonly leaderElection: {
-    readonly enabled: boolean
-    readonly leaseDurationMs: number
-    readonly renewDeadlineMs: number
-    readonly retryPeriodMs: number
-  }
-  readonly identity?: string
-  readonly metrics?: FleetMetrics
-  /** Called once the HTTP server listens (tests and `fleetcheck dev` read the port). */
-  readonly onListening?: (port: number) => void
+  /** Unique per process: the Lease holder and the Events' reporting instance. */
+  readonly identity: string
+  readonly metrics: FleetMetrics
 }
 
 export interface HubHandle {
@@ -43,77 +29,117 @@ export interface HubHandle {
   readonly port: number
 }
 
-export const runHub = Effect.fnUntraced(function* (options: HubOptions) {
-  const identity =
-    options.identity ?? `${hostname()}-${process.pid}-${Math.random().toString(36).slice(2, 7)}`
+/**
+ * The leader fence every piece of leader work holds: whether a write may still go out, and a signal
+ * that the lease is gone. Without leader election the hub always leads.
+ */
+export interface LeaderFence {
+  readonly mayWrite: Effect.Effect<boolean>
+  readonly lostLease: Effect.Effect<void>
+}
+
+/**
+ * How long member engines may drain when they stop now. On SIGTERM the lease is still renewed while
+ * they drain, so they get the full grace (cut short if the lease goes meanwhile). Once the lease is
+ * lost they get none: as in controller-runtime, leader work stops at once, queued keys are dropped and
+ * in-flight requests aborted, because a successor may lead as soon as the lease expires.
+ */
+export const drainGraceFor = (config: HubConfig, stillLeader: boolean): number =>
+  stillLeader ? config.drainGraceMs : 0
+
+export const runHub = Effect.fnUntraced(function* (
+  options: HubOptions,
+): Effect.fn.Return<HubHandle, never, Scope.Scope> {
+  const { config, identity, metrics } = options
   const members = new Map<string, MemberEntry>()
   let leading = false
-  const hubClient = yield* makeKubeClient({ cluster: "hub", kubeConfig: options.hubKubeConfig })
+  let registrationSynced = false
+  let leaderName: () => string | undefined = () => identity
+  const availability = (): Availability =>
+    !leading
+      ? {
+          answers: false,
+          reason: "Standby",
+          message: `standby: this hub does not lead; the leader is ${leaderName() || "not known yet"}`,
+        }
+      : !registrationSynced
+        ? {
+            answers: false,
+            reason: "Syncing",
+            message: "syncing: the member registrations are not listed yet",
+          }
+        : { answers: true }
+  // The elector's own client is never fenced (it renews the lease); leader work gets a fenced one.
+  const electorClient = yield* makeKubeClient({ cluster: "hub", kubeConfig: options.hubKubeConfig })
+  let fence: LeaderFence = { mayWrite: Effect.succeed(true), lostLease: Effect.never }
+  const hubClient = gateWrites(
+    electorClient,
+    Effect.suspend(() => fence.mayWrite),
+  )
 
   const { server, port } = yield* Effect.promise(() =>
     startHubHttp({
-      host: options.http.host,
-      port: options.http.port,
+      host: config.httpAddress.host,
+      port: config.httpAddress.port,
       members,
-      ...(options.metrics ? { metrics: options.metrics } : {}),
+      metrics,
       isLeader: () => leading,
+      availability,
       identity,
     }),
   )
   yield* Effect.addFinalizer(() => Effect.promise(() => new Promise<void>((r) => server.close(() => r()))))
-  yield* Effect.logInfo("hub serving", `http://${options.http.host}:${port}`, "identity", identity)
-  options.onListening?.(port)
+  yield* Effect.logInfo("hub serving").pipe(
+    Effect.annotateLogs({ address: `${config.httpAddress.host}:${port}`, identity }),
+  )
 
-  const globalLimit = yield* Semaphore.make(options.maxConcurrentReconciles)
-  let drainGrace = () => options.timings.drainGraceMs
+  const globalLimit = yield* Semaphore.make(config.maxConcurrentReconciles)
+  let drainGrace = () => config.drainGraceMs
   const leaderWork = Effect.gen(function* () {
     leading = true
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
         leading = false
+        registrationSynced = false
         members.clear()
+        // A former leader exports nothing about members or checks: the new leader does.
+        metrics.forgetAll()
       }),
     )
     yield* Effect.logInfo("leading: starting registration and member engines")
     yield* runRegistration({
       hubClient,
-      namespace: options.namespace,
-      policy: options.policy,
-      timings: options.timings,
+      config,
       globalLimit,
       members,
-      ...(options.metrics ? { metrics: options.metrics } : {}),
+      metrics,
       reportingInstance: identity,
       drainGraceMs: () => drainGrace(),
+      fence,
+      onSynced: () => {
+        registrationSynced = true
+      },
     })
     return yield* Effect.never
   })
 
-  if (!options.leaderElection.enabled) {
+  if (!config.leaderElect) {
     yield* Effect.forkScoped(Effect.scoped(leaderWork))
   } else {
     // Validated before anything starts: bad timings are a startup error, not a hub that never leads.
     const elector = yield* makeLeaderElector({
-      client: hubClient,
-      namespace: options.namespace,
+      client: electorClient,
+      namespace: config.namespace,
       name: hubLeaseName,
       identity,
-      leaseDurationMs: options.leaderElection.leaseDurationMs,
-      renewDeadlineMs: options.leaderElection.renewDeadlineMs,
-      retryPeriodMs: options.leaderElection.retryPeriodMs,
+      leaseDurationMs: config.leaseDurationMs,
+      renewDeadlineMs: config.renewDeadlineMs,
+      retryPeriodMs: config.retryPeriodMs,
     }).pipe(Effect.orDie)
-    // On SIGTERM the lease is still renewed while members drain (full grace). After a lost lease a new
-    // leader may start once the lease expires: leader work gets what is left of it, minus a margin.
-    const lostLeaseGraceMs = Math.max(
-      500,
-      options.leaderElection.leaseDurationMs - options.leaderElection.renewDeadlineMs - 1_000,
-    )
-    drainGrace = () =>
-      elector.isLeader()
-        ? options.timings.drainGraceMs
-        : Math.min(options.timings.drainGraceMs, lostLeaseGraceMs)
+    drainGrace = () => drainGraceFor(config, elector.isLeader())
+    fence = { mayWrite: elector.mayWrite, lostLease: elector.lostLease }
+    leaderName = () => elector.observedHolder()
     yield* Effect.forkScoped(elector.run(leaderWork))
   }
-  const handle: HubHandle = { identity, members, isLeader: () => leading, port }
-  return handle
-}) as (options: HubOptions) => Effect.Effect<HubHandle, never, Scope.Scope>
+  return { identity, members, isLeader: () => leading, port }
+})

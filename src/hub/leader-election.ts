@@ -9,9 +9,10 @@
 // renewDeadline after the last successful renewal and must finish its finalizers within that margin.
 // Deterministic names and optimistic concurrency on every write are the second line of defence.
 import { hostname } from "node:os"
-import { Cause, Clock, Data, Effect, Exit, Fiber, Random, Scope } from "effect"
+import { Cause, Clock, Data, Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
 import { hubLeaseName } from "../api/names.ts"
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient, type KubeError } from "../kube/client.ts"
+import { leases, pathOf } from "../kube/resources.ts"
 
 /** client-go's JitterFactor: a standby waits retryPeriod × [1, 2.2) between attempts. */
 const jitterFactor = 1.2
@@ -23,12 +24,12 @@ export interface LeaderElectionOptions {
   readonly name: string
   /** Unique per process (see {@link makeLeaderIdentity}): two processes with one identity both lead. */
   readonly identity: string
-  /** How long a standby waits, since it last saw the lease change, before taking it over. Default 15 s. */
-  readonly leaseDurationMs?: number
-  /** How long the leader keeps trying to renew before it stops leading. Default 10 s. */
-  readonly renewDeadlineMs?: number
-  /** Interval between renewals and between acquire attempts (jittered for standbys). Default 2 s. */
-  readonly retryPeriodMs?: number
+  /** How long a standby waits, since it last saw the lease change, before taking it over. */
+  readonly leaseDurationMs: number
+  /** How long the leader keeps trying to renew before it stops leading. */
+  readonly renewDeadlineMs: number
+  /** Interval between renewals and between acquire attempts (jittered for standbys). */
+  readonly retryPeriodMs: number
 }
 
 export interface ResolvedLeaderElectionOptions {
@@ -41,12 +42,6 @@ export interface ResolvedLeaderElectionOptions {
   readonly retryPeriodMs: number
 }
 
-export const defaultLeaderElectionTimings = {
-  leaseDurationMs: 15_000,
-  renewDeadlineMs: 10_000,
-  retryPeriodMs: 2_000,
-} as const
-
 export class LeaderElectionConfigError extends Data.TaggedError("LeaderElectionConfigError")<{
   readonly message: string
 }> {}
@@ -57,13 +52,11 @@ export const makeLeaderIdentity = (host: string = hostname()): string =>
 
 const positive = (n: number) => Number.isFinite(n) && n > 0
 
-/** Applies the defaults and client-go's constraints: leaseDuration > renewDeadline > 1.2 × retryPeriod. */
+/** Checks client-go's constraints: leaseDuration > renewDeadline > 1.2 × retryPeriod. */
 export const resolveLeaderElectionOptions = (
   options: LeaderElectionOptions,
 ): Effect.Effect<ResolvedLeaderElectionOptions, LeaderElectionConfigError> => {
-  const leaseDurationMs = options.leaseDurationMs ?? defaultLeaderElectionTimings.leaseDurationMs
-  const renewDeadlineMs = options.renewDeadlineMs ?? defaultLeaderElectionTimings.renewDeadlineMs
-  const retryPeriodMs = options.retryPeriodMs ?? defaultLeaderElectionTimings.retryPeriodMs
+  const { leaseDurationMs, renewDeadlineMs, retryPeriodMs } = options
   const fail = (message: string) => Effect.fail(new LeaderElectionConfigError({ message }))
   if (options.namespace === "") return fail("leader election: namespace must not be empty")
   if (options.name === "") return fail("leader election: lease name must not be empty")
@@ -168,6 +161,18 @@ export interface LeaderElector {
   /** The holder the lease named when last read ("" when released, undefined before the first read). */
   readonly observedHolder: () => string | undefined
   /**
+   * The fence for leader work's writes: true only while leading and less than renewDeadline has passed
+   * on the monotonic clock since the start of the last successful renewal. After that a successor may
+   * soon lead (leaseDuration after our last renewal, on its clock), so no write may go out any more,
+   * whatever leader work is doing at that moment.
+   */
+  readonly mayWrite: Effect.Effect<boolean>
+  /**
+   * Completes when the current term ends because the lease is lost, including during a shutdown drain
+   * (then the drain must end at once: keeping on would act without a lease). Never completes otherwise.
+   */
+  readonly lostLease: Effect.Effect<void>
+  /**
    * Campaigns forever. While leader, `leading` runs in its own Scope (fibers it forks into that scope
    * keep running after it returns); the lease is renewed every retryPeriod. A renewal that has not
    * succeeded within renewDeadline of the last good one (or a lease found taken) interrupts `leading`,
@@ -200,14 +205,17 @@ export const makeLeaderElector = (
 ): Effect.Effect<LeaderElector, LeaderElectionConfigError> =>
   Effect.map(resolveLeaderElectionOptions(options), (o) => {
     const { client, identity, leaseDurationMs, renewDeadlineMs, retryPeriodMs } = o
-    const leasePath = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(o.namespace)}/leases`
-    const itemPath = `${leasePath}/${encodeURIComponent(o.name)}`
+    const leasePath = pathOf(leases, { namespace: o.namespace })
+    const itemPath = pathOf(leases, { namespace: o.namespace, name: o.name })
     const leaseDurationSeconds = Math.ceil(leaseDurationMs / 1000)
     // One attempt may not use the whole renew window: a stuck connection then still leaves room for a
     // retry on a fresh one.
     const attemptTimeoutMs = Math.max(retryPeriodMs, renewDeadlineMs / 2)
 
     let leader = false
+    // The start of the last successful renewal of the current term (monotonic ms); undefined off term.
+    let lastRenewStartMs: number | undefined
+    let lostSignal = Deferred.makeUnsafe<void>()
     let lease: Lease | undefined
     let observation: LeaseObservation | undefined
     let holder: string | undefined
@@ -328,7 +336,9 @@ export const makeLeaderElector = (
         } else if (r._tag === "Failure") {
           // Log each new problem once; a steady outage would otherwise log every retryPeriod.
           if (r.message !== lastProblem) {
-            yield* Effect.logWarning("could not read or take the lease; retrying", r.message)
+            yield* Effect.logWarning("could not read or take the lease; retrying").pipe(
+              Effect.annotateLogs({ error: r.message }),
+            )
             lastProblem = r.message
           }
         }
@@ -354,13 +364,17 @@ export const makeLeaderElector = (
             const r = yield* timedStep(Math.min(remaining, attemptTimeoutMs))
             if (r._tag === "Success" && r.success._tag === "Leader") {
               lastRenew.ms = r.success.writeStartedMs
+              lastRenewStartMs = r.success.writeStartedMs
               break
             }
             if (r._tag === "Success" && r.success._tag === "HeldByOther") {
               return `lease taken by ${r.success.holder || "another candidate"}`
             }
             if (r._tag === "Failure") {
-              if (lastProblem === "") yield* Effect.logWarning("lease renewal failed; retrying", r.message)
+              if (lastProblem === "")
+                yield* Effect.logWarning("lease renewal failed; retrying").pipe(
+                  Effect.annotateLogs({ error: r.message }),
+                )
               lastProblem = r.message
             }
             const left = deadline - (yield* monoMs)
@@ -393,9 +407,8 @@ export const makeLeaderElector = (
         if (r.success) yield* Effect.logInfo("released lease")
         else yield* Effect.logInfo("lease no longer ours; nothing to release")
       } else {
-        yield* Effect.logWarning(
-          "could not release the lease; a standby takes over once it expires",
-          describe(r.failure, renewDeadlineMs),
+        yield* Effect.logWarning("could not release the lease; a standby takes over once it expires").pipe(
+          Effect.annotateLogs({ error: describe(r.failure, renewDeadlineMs) }),
         )
       }
     })
@@ -409,6 +422,7 @@ export const makeLeaderElector = (
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function* () {
           leader = true
+          lastRenewStartMs = acquiredAtMs
           yield* Effect.logInfo("became leader")
           const lastRenew = { ms: acquiredAtMs }
           const leadScope = yield* Scope.make()
@@ -433,24 +447,44 @@ export const makeLeaderElector = (
 
           // Lost or died: we no longer lead. Shutting down: still the leader (renewing) while work drains.
           if (outcome !== undefined) leader = false
-          if (outcome?._tag === "Lost")
-            yield* Effect.logWarning("lost lease; stopping leader work", outcome.reason)
-          else if (outcome?._tag === "Died")
+          if (outcome?._tag === "Lost") {
+            yield* Deferred.succeed(lostSignal, undefined)
+            yield* Effect.logWarning("lost lease; stopping leader work").pipe(
+              Effect.annotateLogs({ reason: outcome.reason }),
+            )
+          } else if (outcome?._tag === "Died")
             yield* Effect.logError("leader work died; stopping it, releasing the lease")
           else yield* Effect.logInfo("shutting down: stopping leader work, then releasing the lease")
+          // A drain on shutdown still watches the renewals: losing the lease meanwhile ends it at once.
+          const lostWhileDraining = yield* Effect.forkDetach(
+            Effect.andThen(Fiber.await(renewFiber), () =>
+              Effect.andThen(
+                Effect.sync(() => {
+                  leader = false
+                }),
+                Deferred.succeed(lostSignal, undefined),
+              ),
+            ),
+          )
           yield* Fiber.interrupt(leadingFiber)
           yield* Scope.close(leadScope, Exit.void)
           leader = false
+          lastRenewStartMs = undefined
+          yield* Fiber.interrupt(lostWhileDraining)
           yield* Fiber.interrupt(renewFiber)
+          // Whoever waits from now on waits for the next term's loss.
+          if (Deferred.isDoneUnsafe(lostSignal)) lostSignal = Deferred.makeUnsafe<void>()
 
           if (outcome?._tag === "Lost") {
             const overrunMs = (yield* monoMs) - (lastRenew.ms + leaseDurationMs)
             if (overrunMs >= 0) {
-              yield* Effect.logError(
-                `leader work outlived the lease by ${overrunMs} ms: a new leader may be acting`,
+              yield* Effect.logError("leader work outlived the lease: a new leader may be acting").pipe(
+                Effect.annotateLogs({ overrunMs }),
               )
             } else {
-              yield* Effect.logInfo("leader work stopped", `${-overrunMs} ms before the lease could expire`)
+              yield* Effect.logInfo("leader work stopped before the lease could expire").pipe(
+                Effect.annotateLogs({ marginMs: -overrunMs }),
+              )
             }
             return
           }
@@ -470,10 +504,17 @@ export const makeLeaderElector = (
         }
       }).pipe(annotate)
 
+    const mayWrite = Effect.map(
+      monoMs,
+      (now) => leader && lastRenewStartMs !== undefined && now - lastRenewStartMs < renewDeadlineMs,
+    )
+
     return {
       identity,
       isLeader: () => leader,
       observedHolder: () => holder,
+      mayWrite,
+      lostLease: Effect.suspend(() => Deferred.await(lostSignal)),
       run,
     }
   })

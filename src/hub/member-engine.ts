@@ -1,38 +1,49 @@
-// One member cluster's engine: its client, its informers (BackupChecks; restore Jobs by label), one
-// workqueue and the BackupCheck controller's workers, all inside the caller's Scope so that closing the
+// One member cluster's BackupCheck engine: its client, its informers (BackupChecks; restore Jobs by
+// label), one workqueue and the BackupCheck controller's workers, built from the generic machinery in
+// src/engine, all inside the caller's Scope so that closing the
 // scope (disengage, rebuild, lost leadership) stops every fiber and socket of this member at once.
 import type { KubeConfig, V1Job } from "@kubernetes/client-node"
 import { Effect, type Scope, type Semaphore } from "effect"
 import type { BackupCheck } from "../api/backupcheck.ts"
 import { labelBackupCheck } from "../api/names.ts"
-import { type KubeClient, makeKubeClient } from "../kube/client.ts"
-import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
 import {
   type ControllerHooks,
   type ControllerStats,
   makeControllerStats,
   runController,
-} from "./controller.ts"
-import { type InformerSet, makeInformerSet } from "./informer/informer-set.ts"
-import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "./workqueue/workqueue.ts"
+} from "../engine/controller.ts"
+import { type InformerSet, makeInformerSet } from "../engine/informer/informer-set.ts"
+import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "../engine/workqueue/workqueue.ts"
+import { type KubeClient, makeKubeClient } from "../kube/client.ts"
+import { gateWrites } from "../kube/write-gate.ts"
+import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
 
 export interface MemberEngineOptions {
   readonly cluster: string
   readonly kubeConfig: KubeConfig
   /** Watch and reconcile only these namespaces (fleetcheck.io/namespaces); default cluster-wide. */
   readonly namespaces?: ReadonlyArray<string> | undefined
-  /** Worker fibers for this member (default 4). */
-  readonly workers?: number
-  /** Hub-wide cap on concurrent reconciles, shared by every member. */
-  readonly globalLimit?: Semaphore.Semaphore
-  /** Backstop poll while a restore Job runs (default 30 s). */
-  readonly runningPollMs?: number
-  /** Periodic resync of the informers (default 10 min). */
-  readonly resyncMs?: number
-  /** How long in-flight reconciles may finish when the engine stops (default 30 s). */
-  readonly drainGraceMs?: number | (() => number)
-  readonly controllerHooks?: ControllerHooks
-  readonly queueHooks?: WorkQueueMetricsHooks
+  /** Worker fibers for this member. */
+  readonly workers: number
+  /** Hub-wide cap on concurrent reconciles, shared by every member (undefined: no cap). */
+  readonly globalLimit: Semaphore.Semaphore | undefined
+  /** Backstop poll while a restore Job runs. */
+  readonly runningPollMs: number
+  /** Periodic resync of the informers (0: never). */
+  readonly resyncMs: number
+  /**
+   * How long in-flight reconciles may finish when the engine stops, asked at that moment: 0 once the
+   * hub's lease is lost (see hub.ts), and then queued keys are dropped and in-flight calls aborted.
+   */
+  readonly drainGraceMs: () => number
+  /** The leader fence: writes are refused once it says no (see kube/write-gate.ts). */
+  readonly mayWrite: Effect.Effect<boolean>
+  /** Completes when the hub's lease is lost: a drain in progress ends at once. */
+  readonly lostLease: Effect.Effect<void>
+  /** A scheduled slot was skipped (concurrencyPolicy Forbid), for the metrics. */
+  readonly onRunSkipped: (namespace: string, name: string) => void
+  readonly controllerHooks: ControllerHooks | undefined
+  readonly queueHooks: WorkQueueMetricsHooks | undefined
 }
 
 export interface MemberEngine {
@@ -58,7 +69,10 @@ const ownerKey = (job: V1Job): string | undefined => {
 
 export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
   const { cluster } = options
-  const client = yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig })
+  const client = gateWrites(
+    yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig }),
+    options.mayWrite,
+  )
   const queue = yield* makeWorkQueue({
     name: cluster,
     ...(options.queueHooks ? { metrics: options.queueHooks } : {}),
@@ -68,7 +82,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     namespaces: options.namespaces,
     name: "backupchecks",
     resource: { group: "fleetcheck.io", version: "v1alpha1", plural: "backupchecks" },
-    ...(options.resyncMs !== undefined ? { resyncMs: options.resyncMs } : {}),
+    resyncMs: options.resyncMs,
   })
   const jobs = yield* makeInformerSet<V1Job>({
     client,
@@ -80,7 +94,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
       [ownerUidIndex]: (job: V1Job) =>
         (job.metadata?.ownerReferences ?? []).filter((r) => r.controller).map((r) => r.uid),
     },
-    ...(options.resyncMs !== undefined ? { resyncMs: options.resyncMs } : {}),
+    resyncMs: options.resyncMs,
   })
 
   // Handlers only enqueue keys: the reconciler reads everything else from the caches.
@@ -103,7 +117,8 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     client,
     checks: checks.store,
     jobs: jobs.store,
-    ...(options.runningPollMs !== undefined ? { runningPollMs: options.runningPollMs } : {}),
+    runningPollMs: options.runningPollMs,
+    onRunSkipped: options.onRunSkipped,
   })
   // Workers start only once both caches are synced: reconciling from a half-filled cache would
   // create Jobs that already exist and report checks as missing.
@@ -117,23 +132,25 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
       cluster,
       queue,
       reconcile,
-      workers: options.workers ?? 4,
+      workers: options.workers,
       ...(options.globalLimit ? { globalLimit: options.globalLimit } : {}),
       ...(options.controllerHooks ? { hooks: options.controllerHooks } : {}),
     })
   }).pipe(Effect.forkScoped)
-  // Finalizers run last-registered first: drain in-flight reconciles (bounded), then the workers and
-  // informers are interrupted as the scope closes.
-  yield* Effect.addFinalizer(() =>
-    queue.shutDownWithDrain.pipe(
-      Effect.timeout(
-        typeof options.drainGraceMs === "function"
-          ? options.drainGraceMs()
-          : (options.drainGraceMs ?? 30_000),
-      ),
+  // Finalizers run last-registered first: stop the queue (draining in-flight reconciles for the grace
+  // the hub grants now, unless the lease goes meanwhile), then the workers and informers are
+  // interrupted as the scope closes, which aborts their requests.
+  yield* Effect.addFinalizer(() => {
+    const graceMs = options.drainGraceMs()
+    if (graceMs <= 0) return queue.shutDown
+    return queue.shutDownWithDrain.pipe(
+      Effect.timeout(graceMs),
       Effect.catch(() => Effect.logWarning("in-flight reconciles did not finish within the drain grace")),
-    ),
-  )
+      Effect.raceFirst(
+        options.lostLease.pipe(Effect.andThen(Effect.logWarning("lease lost while draining; stopping now"))),
+      ),
+    )
+  })
 
   const engine: MemberEngine = {
     cluster,

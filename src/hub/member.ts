@@ -6,50 +6,36 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { Clock, Effect, type Scope, type Semaphore } from "effect"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
-import { type MemberEngine, startMemberEngine } from "../engine/member-engine.ts"
 import { isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
+import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
-import { type MemberEntry, memberClusterStatus } from "./fleet-state.ts"
+import type { HubConfig } from "./config.ts"
+import { checkViews, isReachable, type MemberEntry, memberClusterStatus } from "./fleet-state.ts"
+import type { LeaderFence } from "./hub.ts"
+import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
 
-export interface MemberTimings {
-  /** How often the member's API server is probed (default 10 s). */
-  readonly probeIntervalMs: number
-  /** Consecutive failed probes before Connected=False (default 3). */
-  readonly probeFailureThreshold: number
-  /** Consecutive good probes before Connected=True again (default 1). */
-  readonly probeSuccessThreshold: number
-  /** How long caches may take to sync before Ready=False says so (default 30 s). */
-  readonly cacheSyncTimeoutMs: number
-  /** How often the MemberCluster status is recomputed and written when changed (default 2 s). */
-  readonly statusIntervalMs: number
-  /** Grace for in-flight reconciles when the member stops (default 30 s). */
-  readonly drainGraceMs: number
-  /** Backstop poll while a restore Job runs (default 30 s). */
-  readonly runningPollMs: number
-  readonly workersPerMember: number
-  /** CredentialsExpiringSoon this long before expiry (default 7 days). */
-  readonly expiryWarningMs: number
-}
-
-export const defaultMemberTimings: MemberTimings = {
-  probeIntervalMs: 10_000,
-  probeFailureThreshold: 3,
-  probeSuccessThreshold: 1,
-  cacheSyncTimeoutMs: 30_000,
-  statusIntervalMs: 2_000,
-  drainGraceMs: 30_000,
-  runningPollMs: 30_000,
-  workersPerMember: 4,
-  expiryWarningMs: 7 * 24 * 3600_000,
-}
+/** The hub settings a member's life depends on (see config.ts for each one's meaning and default). */
+export type MemberSettings = Pick<
+  HubConfig,
+  | "probeIntervalMs"
+  | "probeFailureThreshold"
+  | "probeSuccessThreshold"
+  | "cacheSyncTimeoutMs"
+  | "statusIntervalMs"
+  | "runningPollMs"
+  | "resyncPeriodMs"
+  | "workersPerMember"
+  | "expiryWarningMs"
+>
 
 export interface MemberDeps {
   readonly hubClient: KubeClient
   readonly globalLimit: Semaphore.Semaphore
-  readonly timings: MemberTimings
-  readonly metrics?: FleetMetrics
-  /** Drain grace when the member stops now: shorter once the lease is lost (see hub.ts). */
-  readonly drainGraceMs?: () => number
+  readonly settings: MemberSettings
+  readonly metrics: FleetMetrics
+  /** Drain grace when the member stops now: none once the lease is lost (see hub.ts). */
+  readonly drainGraceMs: () => number
+  readonly fence: LeaderFence
 }
 
 export interface MemberSpec {
@@ -60,8 +46,8 @@ export interface MemberSpec {
   readonly namespaces?: ReadonlyArray<string> | undefined
 }
 
-const memberClusterPath = (name: string, sub = "") =>
-  `/apis/fleetcheck.io/v1alpha1/memberclusters/${encodeURIComponent(name)}${sub}`
+const memberClusterPath = (name: string, subresource?: string) =>
+  pathOf(memberClusters, { name, subresource })
 
 /**
  * Creates the MemberCluster when missing, keeps its labels equal to the Secret's, and writes the status
@@ -76,7 +62,7 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
   if (!current) {
     current = yield* hubClient.request<MemberCluster>({
       method: "POST",
-      path: "/apis/fleetcheck.io/v1alpha1/memberclusters",
+      path: pathOf(memberClusters),
       body: {
         apiVersion,
         kind: "MemberCluster",
@@ -116,7 +102,7 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
   ) {
     yield* hubClient.request({
       method: "PATCH",
-      path: memberClusterPath(entry.name, "/status"),
+      path: memberClusterPath(entry.name, "status"),
       contentType: "application/merge-patch+json",
       body: { metadata: { resourceVersion: current.metadata.resourceVersion }, status: desired },
     })
@@ -124,51 +110,125 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
   entry.lastStatus = desired
 })
 
-/** One probe: GET /version with a short deadline; 401/403 mean the credentials are refused. */
+/**
+ * One probe: a LIST of at most one BackupCheck where the hub works, with a short deadline. Unlike
+ * GET /version (which any authenticated identity may call), it fails when the hub's RBAC was revoked
+ * (403) or the CRD removed (404), so a member the hub can no longer act on never looks healthy. The
+ * server's version is read on the first success only.
+ */
 const probeOnce = Effect.fnUntraced(function* (
   engine: MemberEngine,
   entry: MemberEntry,
-  timings: MemberTimings,
+  timings: MemberSettings,
+  namespace: string | undefined,
 ) {
+  const timeoutMs = Math.min(5_000, timings.probeIntervalMs)
   const result = yield* engine.client
-    .request<{ gitVersion?: string }>({
+    .request({
       method: "GET",
-      path: "/version",
-      timeoutMs: Math.min(5_000, timings.probeIntervalMs),
+      path: pathOf(backupChecks, { namespace }),
+      query: { limit: "1" },
+      timeoutMs,
     })
     .pipe(Effect.result)
   const p = entry.probe
   p.lastProbeTime = yield* Clock.currentTimeMillis
-  if (result._tag === "Success") {
+  const answered =
+    result._tag === "Success" ||
+    (result.failure instanceof KubeApiError && [401, 403, 404].includes(result.failure.status))
+  if (answered) {
     p.consecutiveSuccesses++
     p.consecutiveFailures = 0
-    p.credentialsValid = true
-    p.kubernetesVersion = result.success.gitVersion ?? p.kubernetesVersion
     if (p.connected !== true && p.consecutiveSuccesses >= timings.probeSuccessThreshold) {
-      if (p.connected === false) yield* Effect.logInfo("member reachable again")
+      if (p.connected === false) {
+        yield* Effect.logInfo("member reachable again")
+        // The caches' watches may be waiting out a backoff of up to 30 s: resume them now, and do not
+        // vouch for the caches until they have.
+        if (engine.checks.failingSince !== undefined || engine.jobs.failingSince !== undefined) {
+          entry.catchingUp = true
+          engine.checks.resumeNow()
+          engine.jobs.resumeNow()
+        }
+      }
       p.connected = true
       delete p.lastError
+    }
+  }
+  if (result._tag === "Success") {
+    p.credentialsValid = true
+    delete p.denied
+    if (p.kubernetesVersion === undefined) {
+      const version = yield* engine.client
+        .request<{ gitVersion?: unknown }>({ method: "GET", path: "/version", timeoutMs })
+        .pipe(Effect.option)
+      const gitVersion = version._tag === "Some" ? version.value.gitVersion : undefined
+      if (typeof gitVersion === "string") p.kubernetesVersion = gitVersion.slice(0, 64)
     }
     return
   }
   const e = result.failure
+  p.lastError = e.message
+  if (e instanceof KubeApiError && e.status === 401) {
+    p.credentialsValid = false
+    return
+  }
+  if (e instanceof KubeApiError && (e.status === 403 || e.status === 404)) {
+    p.credentialsValid = true
+    const reason = e.status === 403 ? "Forbidden" : "WatchFailing"
+    if (p.denied?.reason !== reason)
+      yield* Effect.logWarning("member refuses the hub's BackupCheck LIST").pipe(
+        Effect.annotateLogs({ status: e.status, error: e.message }),
+      )
+    p.denied = {
+      reason,
+      message:
+        e.status === 403
+          ? `the hub's identity may not list BackupChecks: ${e.message}`
+          : `BackupChecks are not served (is the CRD installed?): ${e.message}`,
+    }
+    return
+  }
   p.consecutiveFailures++
   p.consecutiveSuccesses = 0
-  p.lastError = e.message
-  if (e instanceof KubeApiError && (e.status === 401 || e.status === 403)) p.credentialsValid = false
   // The first probe decides at once; after that, only a run of failures flips a connected member.
   if (p.connected === undefined || p.consecutiveFailures >= timings.probeFailureThreshold) {
-    if (p.connected !== false) yield* Effect.logWarning("member unreachable", e.message)
+    if (p.connected !== false)
+      yield* Effect.logWarning("member unreachable").pipe(Effect.annotateLogs({ error: e.message }))
     p.connected = false
   }
 })
 
+/**
+ * Whether the member's caches can be trusted: a LIST/WATCH failing for longer than the probe itself
+ * tolerates (interval × failure threshold) makes the member Ready=False, and its checks Unknown.
+ */
+const watchFailureOf = (
+  engine: MemberEngine,
+  timings: MemberSettings,
+  now: number,
+): MemberEntry["watchFailure"] => {
+  const tolerance = timings.probeIntervalMs * timings.probeFailureThreshold
+  for (const informer of [engine.checks, engine.jobs]) {
+    const since = informer.failingSince
+    if (since === undefined || now - since < tolerance) continue
+    const failure = informer.lastFailure
+    const forbidden = failure?.status === 401 || failure?.status === 403
+    return {
+      reason: forbidden ? "Forbidden" : "WatchFailing",
+      message: `list/watch failing for ${Math.round((now - since) / 1000)} s: ${failure?.message ?? "unknown error"}`,
+    }
+  }
+  return undefined
+}
+
 export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: MemberDeps) {
   const { entry } = spec
-  const { timings, metrics } = deps
+  const { settings: timings, metrics } = deps
   entry.refused = undefined
   entry.synced = false
   entry.probe = { consecutiveFailures: 0, consecutiveSuccesses: 0 }
+  entry.catchingUp = false
+  delete entry.watchFailure
   entry.credentialExpiry = spec.credentialExpiry
   const engine = yield* startMemberEngine({
     cluster: entry.name,
@@ -177,22 +237,28 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,
     runningPollMs: timings.runningPollMs,
-    drainGraceMs: deps.drainGraceMs ?? timings.drainGraceMs,
-    ...(metrics
-      ? {
-          controllerHooks: metrics.controllerHooks("backupcheck"),
-          queueHooks: metrics.queueHooks(entry.name),
-        }
-      : {}),
+    resyncMs: timings.resyncPeriodMs,
+    drainGraceMs: deps.drainGraceMs,
+    mayWrite: deps.fence.mayWrite,
+    lostLease: deps.fence.lostLease,
+    onRunSkipped: () => metrics.incRunSkipped(entry.name),
+    controllerHooks: metrics.controllerHooks("backupcheck"),
+    queueHooks: metrics.queueHooks(entry.name),
   })
   entry.engineRunning = true
   entry.checks = () => engine.checks.store.list()
-  metrics?.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
+  metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
+  // Series follow the objects: a deleted check's go with it, a stopped member's with the member.
+  engine.checks.addHandler({
+    onDelete: (c) => metrics.deleteCheck(entry.name, c.metadata.namespace ?? "", c.metadata.name),
+  })
   yield* Effect.addFinalizer(() =>
     Effect.sync(() => {
       entry.engineRunning = false
       entry.synced = false
+      entry.catchingUp = false
       entry.checks = () => []
+      metrics.forgetMember(entry.name)
     }),
   )
 
@@ -207,7 +273,9 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       onFailure: () =>
         Effect.gen(function* () {
           entry.syncError = `caches not synced after ${timings.cacheSyncTimeoutMs} ms: ${entry.probe.lastError ?? "the API server did not answer the LIST"}`
-          yield* Effect.logWarning("member cache sync timed out; still trying", entry.syncError)
+          yield* Effect.logWarning("member cache sync timed out; still trying").pipe(
+            Effect.annotateLogs({ error: entry.syncError }),
+          )
           yield* engine.awaitSynced
           entry.synced = true
           delete entry.syncError
@@ -219,11 +287,11 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
 
   const probeLoop = Effect.gen(function* () {
     while (true) {
-      yield* probeOnce(engine, entry, timings)
+      yield* probeOnce(engine, entry, timings, spec.namespaces?.[0])
       const now = yield* Clock.currentTimeMillis
       entry.expiringSoon =
         spec.credentialExpiry !== undefined && spec.credentialExpiry.getTime() - now < timings.expiryWarningMs
-      metrics?.setMemberConnected(entry.name, entry.probe.connected === true)
+      metrics.setMemberConnected(entry.name, entry.probe.connected === true)
       yield* Effect.sleep(timings.probeIntervalMs)
     }
   })
@@ -232,31 +300,48 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const restartsSeen = new Map<string, number>()
   const statusLoop = Effect.gen(function* () {
     while (true) {
-      metrics?.setMemberReady(entry.name, entry.synced)
-      metrics?.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
-      metrics?.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
+      const now = yield* Clock.currentTimeMillis
+      const watchFailure = watchFailureOf(engine, timings, now)
+      if (watchFailure?.reason !== entry.watchFailure?.reason && watchFailure)
+        yield* Effect.logWarning("member caches cannot list/watch").pipe(
+          Effect.annotateLogs({ reason: watchFailure.reason, error: watchFailure.message }),
+        )
+      if (watchFailure) entry.watchFailure = watchFailure
+      else delete entry.watchFailure
+      if (
+        entry.catchingUp &&
+        engine.checks.failingSince === undefined &&
+        engine.jobs.failingSince === undefined
+      )
+        entry.catchingUp = false
+      metrics.setMemberReady(entry.name, entry.synced && isReachable(entry))
+      metrics.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
+      metrics.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
       for (const [resource, informer] of [
         ["backupchecks.fleetcheck.io", engine.checks],
         ["jobs.batch", engine.jobs],
       ] as const) {
         const seen = restartsSeen.get(resource) ?? 0
-        for (let i = seen; i < informer.watchRestarts; i++) metrics?.incInformerRestarts(entry.name, resource)
+        for (let i = seen; i < informer.watchRestarts; i++) metrics.incInformerRestarts(entry.name, resource)
         restartsSeen.set(resource, informer.watchRestarts)
       }
-      for (const c of engine.checks.store.list()) {
-        const v = (c.status?.conditions ?? []).find((x) => x.type === "Verified")
-        const reachable = entry.engineRunning && entry.probe.connected === true
-        metrics?.setCheckVerified(
+      // The same views the fleet API shows: Unknown while unreachable or not verified for this spec.
+      for (const c of checkViews(entry)) {
+        metrics.setCheckVerified(
           entry.name,
-          c.metadata.namespace ?? "",
-          c.metadata.name,
-          reachable ? (v?.status ?? "Unknown") : "Unknown",
-          c.status?.lastSuccessfulTime ? new Date(c.status.lastSuccessfulTime) : undefined,
+          c.namespace,
+          c.name,
+          c.status,
+          c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
         )
       }
       // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
       yield* syncMemberCluster(deps.hubClient, entry).pipe(
-        Effect.catch((e) => Effect.logWarning("writing MemberCluster status failed; retrying", String(e))),
+        Effect.catch((e) =>
+          Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
+            Effect.annotateLogs({ error: e.message }),
+          ),
+        ),
       )
       yield* Effect.sleep(timings.statusIntervalMs)
     }

@@ -6,32 +6,46 @@
 //   Secret refused    → stop the member if running; MemberCluster and an Event say why (never the secret)
 //   same kubeconfig   → nothing (labels still follow the Secret)
 //   new or changed    → (re)build the member's engine in a fresh scope
-import { createHash } from "node:crypto"
 import type { KubeConfig, V1Secret } from "@kubernetes/client-node"
-import { Clock, Effect, FiberMap, type Scope, type Semaphore } from "effect"
-import type { BackupCheck } from "../api/backupcheck.ts"
-import { finalizerName, registrationLabel } from "../api/names.ts"
+import { Clock, Effect, Fiber, FiberMap, type Scope, type Semaphore } from "effect"
+import { registrationLabel } from "../api/names.ts"
 import { runController } from "../engine/controller.ts"
 import { makeInformer } from "../engine/informer/informer.ts"
 import { makeWorkQueue } from "../engine/workqueue/workqueue.ts"
-import { isNotFound, type KubeClient, type KubeError, makeKubeClient } from "../kube/client.ts"
+import { isNotFound, type KubeClient, makeKubeClient } from "../kube/client.ts"
+import { events, memberClusters, pathOf, secrets as secretResource } from "../kube/resources.ts"
+import { gateWrites } from "../kube/write-gate.ts"
 import { checkKubeconfig, type KubeconfigPolicy } from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
+import type { HubConfig } from "./config.ts"
+import { releaseFinalizers } from "./finalizers.ts"
 import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
-import { type MemberTimings, runMember, syncMemberCluster } from "./member.ts"
+import type { LeaderFence } from "./hub.ts"
+import { runMember, syncMemberCluster } from "./member.ts"
 
 export interface RegistrationOptions {
   readonly hubClient: KubeClient
-  readonly namespace: string
-  readonly policy: KubeconfigPolicy
-  readonly timings: MemberTimings
+  readonly config: HubConfig
   readonly globalLimit: Semaphore.Semaphore
   readonly members: Map<string, MemberEntry>
-  readonly metrics?: FleetMetrics
-  readonly drainGraceMs?: () => number
+  readonly metrics: FleetMetrics
+  /** How long a stopping member may drain, asked when it stops (none once the lease is lost). */
+  readonly drainGraceMs: () => number
+  /** The leader fence: members' writes go out only while it allows them. */
+  readonly fence: LeaderFence
   /** Who writes Events (the hub's identity). */
   readonly reportingInstance: string
+  /** Called once every registration Secret has been listed: the hub's view is now complete. */
+  readonly onSynced: () => void
 }
+
+/** The kubeconfig policy the operator chose with the --allow-* settings. */
+const policyOf = (config: HubConfig): KubeconfigPolicy => ({
+  allowExec: config.allowExec,
+  allowAuthProvider: config.allowAuthProvider,
+  allowFilePaths: config.allowFilePaths,
+  allowInsecureSkipTlsVerify: config.allowInsecureSkipTlsVerify,
+})
 
 interface Engaged {
   readonly hash: string
@@ -45,16 +59,19 @@ const copiedLabels = (secret: V1Secret) =>
   Object.fromEntries(Object.entries(secret.metadata?.labels ?? {}).filter(([k]) => k !== registrationLabel))
 
 export const runRegistration = Effect.fnUntraced(function* (options: RegistrationOptions) {
-  const { hubClient, namespace, members } = options
+  const { hubClient, config, members, metrics } = options
+  const { namespace } = config
+  const policy = policyOf(config)
   const fibers = yield* FiberMap.make<string>()
   const engaged = new Map<string, Engaged>()
 
   const secrets = yield* makeInformer<V1Secret>({
     client: hubClient,
     name: "registration-secrets",
-    resource: { group: "", version: "v1", plural: "secrets" },
+    resource: secretResource,
     namespace,
     labelSelector: `${registrationLabel}=true`,
+    resyncMs: config.resyncPeriodMs,
   })
   const queue = yield* makeWorkQueue({ name: "registration" })
   secrets.addHandler({
@@ -71,7 +88,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       yield* hubClient
         .request({
           method: "POST",
-          path: `/apis/events.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/events`,
+          path: pathOf(events, { namespace }),
           body: {
             apiVersion: "events.k8s.io/v1",
             kind: "Event",
@@ -89,7 +106,11 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             regarding: { apiVersion: "v1", kind: "Secret", namespace, name, uid: secret.metadata?.uid },
           },
         })
-        .pipe(Effect.catch((e) => Effect.logWarning("recording an Event failed", e.message)))
+        .pipe(
+          Effect.catch((e) =>
+            Effect.logWarning("recording an Event failed").pipe(Effect.annotateLogs({ error: e.message })),
+          ),
+        )
     })
 
   /**
@@ -97,65 +118,23 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
    * Runs after the member's engine has stopped (else its reconciles would put the finalizer back), with
    * a short-lived client of its own and a fresh LIST, so resourceVersions are current.
    */
-  const releaseFinalizers = Effect.fnUntraced(function* (
-    name: string,
-    kubeConfig: KubeConfig,
-    namespaces: ReadonlyArray<string> | undefined,
-  ) {
-    const client = yield* makeKubeClient({ cluster: name, kubeConfig, requestTimeoutMs: 5_000 })
-    const base = "/apis/fleetcheck.io/v1alpha1"
-    // A namespace-scoped member's identity may list only its namespaces.
-    const paths = namespaces?.length
-      ? namespaces.map((n) => `${base}/namespaces/${encodeURIComponent(n)}/backupchecks`)
-      : [`${base}/backupchecks`]
-    const items: BackupCheck[] = []
-    for (const path of paths) {
-      const list = yield* client.request<{ items: BackupCheck[] }>({ method: "GET", path })
-      items.push(...(list.items ?? []))
-    }
-    let released = 0
-    for (const check of items) {
-      const finalizers = check.metadata.finalizers ?? []
-      if (!finalizers.includes(finalizerName)) continue
-      yield* client
-        .request({
-          method: "PATCH",
-          path: `${base}/namespaces/${encodeURIComponent(check.metadata.namespace)}/backupchecks/${encodeURIComponent(check.metadata.name)}`,
-          contentType: "application/json-patch+json",
-          // test-then-replace: only if the list is still what we read, so nothing else is lost.
-          body: [
-            { op: "test", path: "/metadata/finalizers", value: finalizers },
-            {
-              op: "replace",
-              path: "/metadata/finalizers",
-              value: finalizers.filter((f) => f !== finalizerName),
-            },
-          ],
-        })
-        .pipe(
-          Effect.tap(() =>
-            Effect.sync(() => {
-              released++
-            }),
-          ),
-          Effect.catch((err: KubeError) =>
-            Effect.logWarning(
-              "could not remove finalizer while disengaging",
-              name,
-              check.metadata.name,
-              err.message,
-            ),
-          ),
-        )
-    }
-    yield* Effect.logInfo("released BackupCheck finalizers of a disengaged member", name, released)
-  }, Effect.scoped)
+  const releaseMemberFinalizers = (name: string, engaged: Engaged) =>
+    Effect.gen(function* () {
+      const client = gateWrites(
+        yield* makeKubeClient({ cluster: name, kubeConfig: engaged.kubeConfig, requestTimeoutMs: 5_000 }),
+        options.fence.mayWrite,
+      )
+      const counts = yield* releaseFinalizers(client, engaged.namespaces)
+      yield* Effect.logInfo("released BackupCheck finalizers of a disengaged member").pipe(
+        Effect.annotateLogs({ released: counts.released }),
+      )
+    }).pipe(Effect.scoped)
 
   const disengage = Effect.fnUntraced(function* (name: string) {
     const e = engaged.get(name)
     engaged.delete(name)
     yield* FiberMap.remove(fibers, name)
-    if (e) yield* Effect.logInfo("member disengaged", name)
+    if (e) yield* Effect.logInfo("member disengaged")
   })
 
   const reconcile = (req: { namespace: string; name: string }) =>
@@ -166,18 +145,20 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         const e = engaged.get(name)
         yield* disengage(name)
         if (e) {
-          yield* releaseFinalizers(name, e.kubeConfig, e.namespaces).pipe(
+          yield* releaseMemberFinalizers(name, e).pipe(
             Effect.catch((err) =>
-              Effect.logWarning("member unreachable while disengaging; finalizers stay", name, String(err)),
+              Effect.logWarning("could not release every finalizer while disengaging").pipe(
+                Effect.annotateLogs({ error: err.message }),
+              ),
             ),
           )
         }
         members.delete(name)
-        options.metrics?.forgetMember(name)
+        metrics.forgetMember(name)
         yield* hubClient
           .request({
             method: "DELETE",
-            path: `/apis/fleetcheck.io/v1alpha1/memberclusters/${encodeURIComponent(name)}`,
+            path: pathOf(memberClusters, { name }),
           })
           .pipe(Effect.catchIf(isNotFound, () => Effect.void))
         return {}
@@ -194,7 +175,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         secretName: name,
         data: secret.data,
         annotations: secret.metadata?.annotations,
-        policy: options.policy,
+        policy,
         now: new Date(now),
       })
       if (!checked.ok) {
@@ -203,15 +184,15 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         entry.refused = { reason: checked.reason, message: checked.message }
         yield* syncMemberCluster(hubClient, entry)
         if (!already) {
-          yield* Effect.logWarning("registration Secret refused", name, checked.reason, checked.message)
+          yield* Effect.logWarning("registration Secret refused").pipe(
+            Effect.annotateLogs({ reason: checked.reason, refusal: checked.message }),
+          )
           yield* recordEvent(secret, "Warning", checked.reason, checked.message)
         }
         return {}
       }
-      const hash = createHash("sha256")
-        .update(checked.hash)
-        .update(JSON.stringify(checked.namespaces ?? null))
-        .digest("hex")
+      // The canonical hash covers the chosen cluster, user and context and the namespaces annotation.
+      const hash = checked.hash
       if (engaged.get(name)?.hash === hash) {
         yield* syncMemberCluster(hubClient, entry)
         return {}
@@ -219,18 +200,20 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       const rebuild = engaged.has(name)
       yield* Effect.logInfo(
         rebuild ? "kubeconfig changed; rebuilding member engine" : "engaging member",
-        name,
-        checked.server,
-      )
+      ).pipe(Effect.annotateLogs({ server: checked.server }))
       entry.refused = undefined
       const target = entry
-      const started = yield* FiberMap.run(
+      // A rebuild never runs two engines on one member: the new fiber first waits until the old one
+      // (interrupted by FiberMap.run) has drained and closed, without holding up this worker.
+      const previous = FiberMap.getUnsafe(fibers, name)
+      yield* FiberMap.run(
         fibers,
         name,
       )(
         Effect.scoped(
           Effect.gen(function* () {
-            const engine = yield* runMember(
+            if (previous._tag === "Some") yield* Fiber.await(previous.value)
+            yield* runMember(
               {
                 entry: target,
                 kubeConfig: checked.kubeConfig,
@@ -240,16 +223,16 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               {
                 hubClient,
                 globalLimit: options.globalLimit,
-                timings: options.timings,
-                ...(options.metrics ? { metrics: options.metrics } : {}),
+                settings: config,
+                metrics,
+                drainGraceMs: options.drainGraceMs,
+                fence: options.fence,
               },
             )
-            void engine
             return yield* Effect.never
           }).pipe(Effect.annotateLogs({ cluster: name })),
         ),
       )
-      void started
       engaged.set(name, { hash, kubeConfig: checked.kubeConfig, namespaces: checked.namespaces })
       yield* recordEvent(
         secret,
@@ -260,6 +243,11 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       return {}
     })
 
+  yield* secrets.awaitSynced.pipe(
+    Effect.andThen(Effect.sync(options.onSynced)),
+    Effect.andThen(Effect.logInfo("registration Secrets listed")),
+    Effect.forkScoped,
+  )
   yield* secrets.awaitSynced.pipe(Effect.timeout(60_000), Effect.ignore)
   yield* runController({ name: "registration", cluster: "hub", queue, reconcile, workers: 2 })
   return { fibers, engaged, secrets }

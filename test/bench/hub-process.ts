@@ -1,31 +1,19 @@
 // A hub in a process of its own for memory benchmarks: started with --expose-gc by hub-memory.ts,
 // it answers "measure" messages over IPC with its heap and RSS after forced garbage collections.
-import { KubeConfig } from "@kubernetes/client-node"
-import { Effect, References, Scope } from "effect"
-import { runHub } from "../../src/hub/hub.ts"
-import { defaultMemberTimings } from "../../src/hub/member.ts"
-import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
+import { defaultHubConfig } from "../../src/hub/config.ts"
+import { launchHub } from "../../src/hub/launch.ts"
 import { sleep } from "../support/wait.ts"
 
-const kc = new KubeConfig()
-kc.loadFromFile(process.env.KUBECONFIG ?? "")
-const scope = Effect.runSync(Scope.make())
-const hub = await Effect.runPromise(
-  runHub({
-    hubKubeConfig: kc,
-    namespace: "fleetcheck-system",
-    policy: defaultPolicy,
-    timings: { ...defaultMemberTimings, probeIntervalMs: 2_000 },
-    maxConcurrentReconciles: 32,
-    http: { host: "127.0.0.1", port: 0 },
-    leaderElection: {
-      enabled: false,
-      leaseDurationMs: 15_000,
-      renewDeadlineMs: 10_000,
-      retryPeriodMs: 2_000,
-    },
-  }).pipe(Scope.provide(scope), Effect.provideService(References.MinimumLogLevel, "Warn")),
-)
+const hub = await launchHub({
+  config: {
+    ...defaultHubConfig,
+    kubeconfig: process.env.KUBECONFIG ?? "",
+    httpAddress: { host: "127.0.0.1", port: 0 },
+    leaderElect: false,
+    probeIntervalMs: 2_000,
+    logLevel: "Warn",
+  },
+})
 process.on("message", async (msg) => {
   if (msg !== "measure") return
   for (let i = 0; i < 4; i++) {

@@ -6,6 +6,7 @@ import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, References, Scope } from "effect"
 import { installFleetcheck, startFleet } from "../../clusters/local-fleet/index.ts"
 import { startMemberEngine } from "../../src/hub/member-engine.ts"
+import { engineOptions } from "../support/engine.ts"
 import { sleep } from "../support/wait.ts"
 
 const n = Number(process.argv[2] ?? 300)
@@ -21,7 +22,7 @@ try {
   kc.loadFromString(c.kubeconfig)
   const scope = await Effect.runPromise(Scope.make())
   const engine = await Effect.runPromise(
-    startMemberEngine({ cluster: "member", kubeConfig: kc, workers: 4, runningPollMs: 2_000 }).pipe(
+    startMemberEngine(engineOptions("member", kc, { runningPollMs: 2_000 })).pipe(
       Scope.provide(scope),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
     ),

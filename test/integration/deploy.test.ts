@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { homedir, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
-import { Effect, Exit, Logger, Scope } from "effect"
+import { Logger, References } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { parseAllDocuments } from "yaml"
 import {
@@ -18,11 +18,9 @@ import {
   renderKubeconfig,
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
-import { runHub } from "../../src/hub/hub.ts"
-import { makeMetrics } from "../../src/observability/metrics/index.ts"
-import { defaultPolicy } from "../../src/registration/kubeconfig-policy.ts"
+import { launchHub } from "../../src/hub/launch.ts"
 import { buildStages, collect, parseDockerfile, runToEnd, tryJson } from "../support/dockerfile.ts"
-import { fastTimings } from "../support/hub.ts"
+import { fastConfig } from "../support/hub.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const repo = new URL("../../", import.meta.url).pathname
@@ -398,9 +396,10 @@ describe("deploy/: manifests, RBAC and image", () => {
 
   it("the real hub runs under the hub identity and reconciles a member under the member identity", async () => {
     const logs: string[] = []
+    // Message and structured fields alike: errors are logged as annotations.
     const capture = Logger.make((o) => {
       logs.push(
-        `${o.logLevel} ${Array.isArray(o.message) ? o.message.map(String).join(" ") : String(o.message)}`,
+        `${o.logLevel} ${Array.isArray(o.message) ? o.message.map(String).join(" ") : String(o.message)} ${JSON.stringify(o.fiber.getRef(References.CurrentLogAnnotations))}`,
       )
     })
     const kubeConfig = new KubeConfig()
@@ -415,33 +414,23 @@ describe("deploy/: manifests, RBAC and image", () => {
     }
     expect((await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, secret)).status).toBe(201)
 
-    const scope = Effect.runSync(Scope.make())
-    let stopped: Promise<void> | undefined
-    const stop = () => {
-      stopped ??= Effect.runPromise(Scope.close(scope, Exit.void))
-      return stopped
-    }
-    cleanups.push(stop)
     const identity = "deploy-test-hub"
-    const hub = await Effect.runPromise(
-      runHub({
-        hubKubeConfig: kubeConfig,
+    const hub = await launchHub({
+      config: {
+        ...fastConfig,
         namespace: ns,
-        policy: defaultPolicy,
-        timings: fastTimings,
         maxConcurrentReconciles: 8,
-        http: { host: "127.0.0.1", port: 0 },
-        leaderElection: {
-          enabled: true,
-          leaseDurationMs: 15_000,
-          renewDeadlineMs: 10_000,
-          retryPeriodMs: 2_000,
-        },
-        identity,
-        metrics: makeMetrics(),
-      }).pipe(Scope.provide(scope), Effect.provide(Logger.layer([capture]))),
-    )
-    const url = `http://127.0.0.1:${hub.port}`
+        leaderElect: true,
+        leaseDurationMs: 15_000,
+        renewDeadlineMs: 10_000,
+        retryPeriodMs: 2_000,
+      },
+      kubeConfig,
+      identity,
+      logger: capture,
+    })
+    cleanups.push(hub.stop)
+    const url = hub.url
     const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((x: any) => x.type === type)
     try {
       await waitUntil("the hub to hold the Lease", 20_000, async () => {
@@ -497,7 +486,7 @@ describe("deploy/: manifests, RBAC and image", () => {
         return mc.status === 404 && !(bc.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup")
       })
     } finally {
-      await stop()
+      await hub.stop()
     }
     const released = await c.api("GET", `${leasePath}/fleetcheck-hub`)
     expect(released.body.spec.holderIdentity, "the lease is released on shutdown").toBe("")
@@ -576,9 +565,10 @@ describe("deploy/: manifests, RBAC and image", () => {
     })
     const serving = await waitUntil("the hub's serving log line", 30_000, async () => {
       for (const line of output.stdout().split("\n")) {
-        const msg = tryJson(line)?.message
-        if (Array.isArray(msg) && msg[0] === "hub serving")
-          return { url: String(msg[1]), identity: String(msg[3]) }
+        const entry = tryJson(line)
+        const msg = Array.isArray(entry?.message) ? entry.message[0] : entry?.message
+        if (msg === "hub serving")
+          return { url: `http://${entry.annotations.address}`, identity: String(entry.annotations.identity) }
       }
       if (child.exitCode !== null) throw new Error(`hub exited ${child.exitCode}: ${output.stderr()}`)
       return undefined

@@ -45,7 +45,7 @@ describe("two hubs at once", () => {
     const port = await freePort()
     const child = spawn(
       bin,
-      ["hub", "--http-address", `127.0.0.1:${port}`, "--probe-interval", "1000", "--running-poll", "2000"],
+      ["hub", "--http-address", `127.0.0.1:${port}`, "--probe-interval", "1s", "--running-poll", "2s"],
       {
         env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath, FLEETCHECK_LOG_LEVEL: "Info" },
         stdio: ["ignore", "pipe", "pipe"],

@@ -164,6 +164,7 @@ describe("leader election against a real apiserver", () => {
         namespace,
         name: lease,
         identity: id,
+        ...fast,
         ...timings,
       }),
     )

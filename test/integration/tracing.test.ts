@@ -16,7 +16,6 @@ import {
 import { waitUntil } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
-const hubNs = "fleetcheck-system"
 const ns = "shop"
 
 interface ReceivedSpan {
@@ -91,7 +90,7 @@ describe("tracing over OTLP/HTTP", () => {
     const port = (receiver.address() as AddressInfo).port
     hub = spawn(
       bin,
-      ["hub", "--http-address", "127.0.0.1:0", "--leader-elect", "false", "--running-poll", "2000"],
+      ["hub", "--http-address", "127.0.0.1:0", "--leader-elect", "false", "--running-poll", "2s"],
       {
         env: {
           ...process.env,

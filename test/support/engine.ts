@@ -3,11 +3,12 @@
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, References, Scope } from "effect"
 import type { LocalCluster } from "../../clusters/local-fleet/index.ts"
+import { defaultHubConfig } from "../../src/hub/config.ts"
 import {
   type MemberEngine,
   type MemberEngineOptions,
   startMemberEngine,
-} from "../../src/engine/member-engine.ts"
+} from "../../src/hub/member-engine.ts"
 
 export interface RunningEngine {
   readonly engine: MemberEngine
@@ -17,15 +18,37 @@ export interface RunningEngine {
 const levels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" } as const
 export const logLevel = levels[(process.env.FLEETCHECK_TEST_LOG ?? "warn") as keyof typeof levels] ?? "Warn"
 
+/** A member engine's options with the hub's defaults, as a hub that always leads would pass them. */
+export const engineOptions = (
+  cluster: string,
+  kubeConfig: KubeConfig,
+  overrides: Partial<Omit<MemberEngineOptions, "kubeConfig" | "cluster">> = {},
+): MemberEngineOptions => ({
+  cluster,
+  kubeConfig,
+  namespaces: undefined,
+  workers: defaultHubConfig.workersPerMember,
+  globalLimit: undefined,
+  runningPollMs: defaultHubConfig.runningPollMs,
+  resyncMs: defaultHubConfig.resyncPeriodMs,
+  drainGraceMs: () => defaultHubConfig.drainGraceMs,
+  mayWrite: Effect.succeed(true),
+  lostLease: Effect.never,
+  onRunSkipped: () => {},
+  controllerHooks: undefined,
+  queueHooks: undefined,
+  ...overrides,
+})
+
 export const startEngine = async (
   cluster: LocalCluster,
-  options: Partial<Omit<MemberEngineOptions, "kubeConfig">> = {},
+  options: Partial<Omit<MemberEngineOptions, "kubeConfig" | "cluster">> = {},
 ): Promise<RunningEngine> => {
   const kubeConfig = new KubeConfig()
   kubeConfig.loadFromString(cluster.kubeconfig)
   const scope = await Effect.runPromise(Scope.make())
   const engine = await Effect.runPromise(
-    startMemberEngine({ cluster: cluster.name, kubeConfig, ...options }).pipe(
+    startMemberEngine(engineOptions(cluster.name, kubeConfig, options)).pipe(
       Scope.provide(scope),
       Effect.provideService(References.MinimumLogLevel, logLevel),
     ),

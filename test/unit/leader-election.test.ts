@@ -1,9 +1,11 @@
 // Leader election under TestClock against an in-memory Lease endpoint with per-client faults: option
 // validation, client-go's observedTime expiry rule (never the remote clock), takeover, stopping before
 // the lease can expire, draining while still renewing on shutdown, release, and a dying `leading`.
+
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Clock, Effect, Exit, Fiber, type Scope } from "effect"
 import { TestClock } from "effect/testing"
+import { defaultHubConfig } from "../../src/hub/config.ts"
 import {
   isHeldByOther,
   LeaderElectionConfigError,
@@ -17,6 +19,13 @@ import {
   runLeaderElection,
 } from "../../src/hub/leader-election.ts"
 import { KubeApiError, type KubeClient, type KubeRequest, KubeTransportError } from "../../src/kube/client.ts"
+
+/** The hub's configured defaults (src/hub/config.ts), the only place they are written. */
+const defaultTimings = {
+  leaseDurationMs: defaultHubConfig.leaseDurationMs,
+  renewDeadlineMs: defaultHubConfig.renewDeadlineMs,
+  retryPeriodMs: defaultHubConfig.retryPeriodMs,
+}
 
 const ns = "fleetcheck-system"
 const name = "fleetcheck-hub"
@@ -158,7 +167,7 @@ const stop = (...fibers: ReadonlyArray<Fiber.Fiber<unknown, unknown>>) =>
   })
 
 const elector = (client: KubeClient, identity: string, timings: Partial<Record<string, number>> = {}) =>
-  makeLeaderElector({ client, namespace: ns, name, identity, ...timings })
+  makeLeaderElector({ client, namespace: ns, name, identity, ...defaultTimings, ...timings })
 
 const start = (e: LeaderElector, marks: Mark[], drainMs = 0) =>
   Effect.forkChild(e.run(recordingLeading(e.identity, marks, drainMs)))
@@ -167,7 +176,7 @@ const lastWriteBy = (writes: ReadonlyArray<Write>, by: string) => writes.filter(
 
 describe("leader election options", () => {
   const client = makeServer().client("x").kube
-  const base = { client, namespace: ns, name, identity: "me" }
+  const base = { client, namespace: ns, name, identity: "me", ...defaultTimings }
 
   it.effect("defaults to client-go's 15 s / 10 s / 2 s", () =>
     Effect.gen(function* () {
@@ -329,6 +338,66 @@ describe("leader election", () => {
       assert.isFalse(a.isLeader())
       assert.isTrue(b.isLeader())
       yield* stop(fa, fb)
+    }),
+  )
+
+  it.effect("the write fence closes renewDeadline after the last renewal, before the lease can expire", () =>
+    Effect.gen(function* () {
+      const server = makeServer()
+      const marks: Mark[] = []
+      const ca = server.client("a")
+      const a = yield* elector(ca.kube, "a")
+      assert.isFalse(yield* a.mayWrite, "no writes before leading")
+      const lost = yield* Effect.forkChild(a.lostLease)
+      const fa = yield* start(a, marks)
+      yield* advance(3_000)
+      assert.isTrue(yield* a.mayWrite)
+      // Frozen: time passes, but no renewal goes out (a hung hub API, or SIGSTOP seen from inside).
+      ca.state.mode = "hang"
+      const lastRenew = lastWriteBy(server.writes, "a")!.at
+      let closedAt: number | undefined
+      for (let t = 0; t < 20_000 && closedAt === undefined; t += 50) {
+        yield* advance(50)
+        if (!(yield* a.mayWrite)) closedAt = yield* Clock.currentTimeMillis
+      }
+      assert.isDefined(closedAt)
+      assert.isAtMost(closedAt! - lastRenew, 10_000 + 100)
+      assert.isBelow(closedAt! - lastRenew, 15_000, "closed before a standby could take the lease")
+      yield* advance(1_000)
+      assert.isDefined(lost.pollUnsafe(), "lostLease completed")
+      yield* stop(fa)
+    }),
+  )
+
+  it.effect("a lease lost during a shutdown drain ends the drain's wait (lostLease) at once", () =>
+    Effect.gen(function* () {
+      const server = makeServer()
+      const marks: Mark[] = []
+      const ca = server.client("a")
+      const a = yield* elector(ca.kube, "a")
+      // Leader work that drains for up to 60 s unless the lease goes, as member engines do.
+      const work = Effect.gen(function* () {
+        marks.push({ id: "a", kind: "start", at: yield* Clock.currentTimeMillis })
+        yield* Effect.addFinalizer(() =>
+          Effect.sleep(60_000).pipe(
+            Effect.raceFirst(a.lostLease),
+            Effect.andThen(Clock.currentTimeMillis),
+            Effect.map((at) => marks.push({ id: "a", kind: "stop", at })),
+          ),
+        )
+      })
+      const fa = yield* Effect.forkChild(a.run(work))
+      yield* advance(3_000)
+      const interrupted = yield* Effect.forkChild(Fiber.interrupt(fa))
+      yield* advance(1_000)
+      ca.state.mode = "down"
+      const lastRenew = lastWriteBy(server.writes, "a")!.at
+      yield* advance(15_000)
+      const aStop = marks.find((m) => m.kind === "stop")?.at
+      assert.isDefined(aStop, "the drain ended")
+      assert.isBelow(aStop! - lastRenew, 10_000 + 1_000)
+      assert.isFalse(yield* a.mayWrite)
+      yield* Fiber.join(interrupted)
     }),
   )
 

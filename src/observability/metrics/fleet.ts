@@ -30,6 +30,8 @@ export interface FleetGauges {
   setMemberReady(cluster: string, ready: boolean): void
   setInformerObjects(cluster: string, resource: string, objects: number): void
   incInformerRestarts(cluster: string, resource: string): void
+  /** A scheduled slot was skipped because the previous run was still active (concurrencyPolicy Forbid). */
+  incRunSkipped(cluster: string): void
   addGlobalInflight(delta: number): void
 }
 
@@ -83,6 +85,12 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     labelNames: ["cluster", "resource"],
     registers,
   })
+  const runsSkipped = new Counter({
+    name: "fleetcheck_backupcheck_runs_skipped_total",
+    help: "Scheduled runs not started because the previous run was still active (concurrencyPolicy Forbid)",
+    labelNames: ["cluster"],
+    registers,
+  })
   // touched twice per reconcile (permit acquired, released): a fast series, not prom-client's inc
   const globalInflight = fastGauge(
     {
@@ -95,7 +103,7 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
 
   // keyed on {cluster, namespace, name}, {cluster} and {cluster, resource}
   const perCheck: ReadonlyArray<Gauge | Counter> = [checkVerified, checkLastSuccess]
-  const perMember: ReadonlyArray<Gauge | Counter> = [memberConnected, memberReady]
+  const perMember: ReadonlyArray<Gauge | Counter> = [memberConnected, memberReady, runsSkipped]
   const perInformer: ReadonlyArray<Gauge | Counter> = [informerObjects, informerRestarts]
 
   const clusters = new Map<string, ClusterState>()
@@ -115,6 +123,7 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     clusters.set(cluster, state)
     memberConnected.set({ cluster }, 0)
     memberReady.set({ cluster }, 0)
+    runsSkipped.inc({ cluster }, 0)
     for (const resource of initialResources) ensureResource(cluster, state, resource)
     return state
   }
@@ -187,6 +196,10 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     incInformerRestarts: (cluster, resource) => {
       ensureResource(cluster, addCluster(cluster), resource)
       informerRestarts.inc({ cluster, resource })
+    },
+    incRunSkipped: (cluster) => {
+      addCluster(cluster)
+      runsSkipped.inc({ cluster })
     },
     addGlobalInflight: (delta) => {
       if (Number.isFinite(delta)) globalInflight.value += delta

@@ -72,6 +72,7 @@ export interface FleetMetrics {
   setMemberReady(cluster: string, ready: boolean): void
   setInformerObjects(cluster: string, resource: string, objects: number): void
   incInformerRestarts(cluster: string, resource: string): void
+  incRunSkipped(cluster: string): void
   /** Reconciles holding a permit of the hub-wide limit (+1 on acquire, -1 on release). */
   addGlobalInflight(delta: number): void
 }
@@ -153,6 +154,10 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
     incInformerRestarts: (cluster, resource) => {
       ensureCluster(cluster)
       fleet.incInformerRestarts(cluster, resource)
+    },
+    incRunSkipped: (cluster) => {
+      ensureCluster(cluster)
+      fleet.incRunSkipped(cluster)
     },
     addGlobalInflight: fleet.addGlobalInflight,
   }

@@ -1,0 +1,74 @@
+// The fleet API (`GET /api/v1/fleet`) as one zod schema, and the fleet's rules: what counts as a
+// verified check, a healthy cluster, a healthy fleet. The hub builds its views with these types, and
+// `fleetcheck status` parses the hub's answer with the same schema and judges it with the same rules,
+// so the dashboard, the API, the CLI and the MemberCluster counts cannot disagree.
+import * as z from "zod"
+import { conditionStatuses } from "./condition.ts"
+
+export const CheckViewSchema = z.object({
+  cluster: z.string(),
+  namespace: z.string(),
+  name: z.string(),
+  status: z.enum(conditionStatuses),
+  reason: z.string(),
+  message: z.string(),
+  lastTransitionTime: z.string().optional(),
+  lastSuccessfulTime: z.string().optional(),
+  nextRunTime: z.string().optional(),
+  traceID: z.string().optional(),
+  runID: z.string().optional(),
+})
+export type CheckView = z.output<typeof CheckViewSchema>
+
+export const ClusterViewSchema = z.object({
+  name: z.string(),
+  labels: z.record(z.string(), z.string()),
+  conditions: z.array(
+    z.object({
+      type: z.string(),
+      status: z.enum(conditionStatuses),
+      reason: z.string(),
+      message: z.string(),
+      lastTransitionTime: z.string().optional(),
+      observedGeneration: z.number().optional(),
+    }),
+  ),
+  counts: z.object({
+    total: z.number(),
+    verified: z.number(),
+    failed: z.number(),
+    unknown: z.number(),
+  }),
+  kubernetesVersion: z.string().optional(),
+  lastProbeTime: z.string().optional(),
+})
+export type ClusterView = z.output<typeof ClusterViewSchema>
+
+export const FleetViewSchema = z.object({
+  generatedAt: z.string(),
+  /** Whether the hub that answered leads (only a leader's view is the fleet's). */
+  leader: z.boolean().optional(),
+  /** The identity of the hub that answered. */
+  hub: z.string().optional(),
+  clusters: z.array(ClusterViewSchema),
+  checks: z.array(CheckViewSchema),
+})
+export type FleetView = z.output<typeof FleetViewSchema>
+
+/** The member conditions a cluster must have True to count as healthy. */
+export const healthyClusterConditions = ["Ready", "Connected", "CredentialsValid"] as const
+
+/** Green means Verified=True: anything else (False, Unknown) needs a look. */
+export const isVerified = (check: Pick<CheckView, "status">): boolean => check.status === "True"
+
+/** A cluster is healthy when its engine is ready, its API answers and its credentials work. */
+export const isClusterHealthy = (cluster: Pick<ClusterView, "conditions">): boolean =>
+  healthyClusterConditions.every((type) => cluster.conditions.find((c) => c.type === type)?.status === "True")
+
+/** Every check verified and every cluster healthy: what `fleetcheck status` exits 0 for. */
+export const isFleetHealthy = (view: Pick<FleetView, "clusters" | "checks">): boolean =>
+  view.checks.every(isVerified) && view.clusters.every(isClusterHealthy)
+
+/** Failing first, then unknown, then verified: the order every view lists checks in. */
+export const checkRank = (check: Pick<CheckView, "status">): number =>
+  check.status === "False" ? 0 : check.status === "Unknown" ? 1 : 2

@@ -1,0 +1,254 @@
+// Every hub setting, once: its flag, description, default and validation. The `fleetcheck hub` flags,
+// their FLEETCHECK_<FLAG> environment variables, `--help` and the HubConfig type are all derived from
+// the table below, so they cannot disagree; modules below the hub take their values from HubConfig and
+// have no defaults of their own (a value that is not passed is a type error, not a silent fallback).
+//
+// Values are written the way users write them on the command line: durations as Go durations
+// (`10s`, `1m30s`, as kube-controller-manager's flags), booleans as true/false.
+import { Data } from "effect"
+import * as z from "zod"
+import { defaultHubNamespace } from "../api/names.ts"
+import { parseDuration } from "../api/syntax.ts"
+
+const dns1123Label = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/
+
+const duration = (min: string, max: string) => {
+  const [lo, hi] = [parseDuration(min) as number, parseDuration(max) as number]
+  return z.string().transform((s, ctx) => {
+    const ms = parseDuration(s)
+    if (typeof ms !== "number") {
+      ctx.addIssue({ code: "custom", message: ms.error })
+      return z.NEVER
+    }
+    if (ms < lo || ms > hi) {
+      ctx.addIssue({ code: "custom", message: `must be from ${min} to ${max}, got ${s}` })
+      return z.NEVER
+    }
+    return ms
+  })
+}
+const int = (min: number, max: number) =>
+  z
+    .string()
+    .regex(/^[0-9]+$/, "a whole number")
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max))
+const bool = z.enum(["true", "false"], "true or false").transform((v) => v === "true")
+
+/** `host:port`, `:port` or `[ipv6]:port`; the host is what node's listen() takes. */
+const hostPort = z.string().transform((s, ctx) => {
+  const m = /^(?:\[([0-9a-fA-F:.%a-zA-Z0-9]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(s)
+  const port = m ? Number(m[3]) : Number.NaN
+  if (!m || port > 65_535) {
+    ctx.addIssue({ code: "custom", message: `host:port, :port or [ipv6]:port, got ${JSON.stringify(s)}` })
+    return z.NEVER
+  }
+  return { host: m[1] ?? (m[2] || "0.0.0.0"), port }
+})
+
+interface Setting<T, D extends string | undefined = string | undefined> {
+  /** Flag name without the dashes; the environment variable is FLEETCHECK_ + its upper snake case. */
+  readonly flag: string
+  readonly describe: string
+  /** As a user would type it; undefined for a setting without a default. */
+  readonly default: D
+  readonly schema: z.ZodType<T, string>
+}
+const setting = <T, D extends string | undefined>(
+  flag: string,
+  schema: z.ZodType<T, string>,
+  defaultValue: D,
+  describe: string,
+): Setting<T, D> => ({ flag, schema, default: defaultValue, describe })
+
+/** The table. Order is the order of `--help`. */
+export const hubSettings = {
+  kubeconfig: setting(
+    "kubeconfig",
+    z.string().min(1),
+    undefined,
+    "the hub cluster's kubeconfig file (unset: in-cluster config, then $KUBECONFIG)",
+  ),
+  namespace: setting(
+    "namespace",
+    z.string().regex(dns1123Label, "a DNS-1123 label"),
+    defaultHubNamespace,
+    "hub namespace: registration Secrets, Events and the Lease",
+  ),
+  httpAddress: setting(
+    "http-address",
+    hostPort,
+    "0.0.0.0:8080",
+    "host:port for health, metrics, the fleet API and the dashboard ([::]:8080 for IPv6)",
+  ),
+  leaderElect: setting("leader-elect", bool, "true", "campaign for the Lease; only the leader runs members"),
+  leaseDurationMs: setting(
+    "leader-elect-lease-duration",
+    duration("1s", "10m"),
+    "15s",
+    "how long a standby waits, since it last saw the Lease change, before taking it over",
+  ),
+  renewDeadlineMs: setting(
+    "leader-elect-renew-deadline",
+    duration("1s", "10m"),
+    "10s",
+    "how long the leader tries to renew before it stops all leader work",
+  ),
+  retryPeriodMs: setting(
+    "leader-elect-retry-period",
+    duration("100ms", "1m"),
+    "2s",
+    "interval between renewals and between acquire attempts",
+  ),
+  maxConcurrentReconciles: setting(
+    "max-concurrent-reconciles",
+    int(1, 10_000),
+    "32",
+    "hub-wide cap on reconciles running at once, across all members",
+  ),
+  workersPerMember: setting("workers-per-member", int(1, 256), "4", "reconcile workers per member"),
+  probeIntervalMs: setting(
+    "probe-interval",
+    duration("100ms", "1h"),
+    "10s",
+    "how often each member's API server is probed",
+  ),
+  probeFailureThreshold: setting(
+    "probe-failure-threshold",
+    int(1, 100),
+    "3",
+    "consecutive failed probes before a member is Connected=False",
+  ),
+  probeSuccessThreshold: setting(
+    "probe-success-threshold",
+    int(1, 100),
+    "1",
+    "consecutive good probes before a member is Connected=True again",
+  ),
+  cacheSyncTimeoutMs: setting(
+    "cache-sync-timeout",
+    duration("100ms", "1h"),
+    "30s",
+    "how long a member's caches may take to sync before Ready=False says so (it keeps trying)",
+  ),
+  statusIntervalMs: setting(
+    "status-interval",
+    duration("100ms", "10m"),
+    "2s",
+    "how often MemberCluster status is recomputed (written only when it changed)",
+  ),
+  drainGraceMs: setting(
+    "drain-grace",
+    duration("0s", "10m"),
+    "30s",
+    "on SIGTERM or a member stop, how long in-flight reconciles may finish",
+  ),
+  runningPollMs: setting(
+    "running-poll",
+    duration("100ms", "1h"),
+    "30s",
+    "backstop poll of a running restore Job, in case a Job event is missed",
+  ),
+  resyncPeriodMs: setting(
+    "resync-period",
+    duration("0s", "24h"),
+    "10m",
+    "periodic resync of every member's informers (0s: never)",
+  ),
+  expiryWarningMs: setting(
+    "credential-expiry-warning",
+    duration("1m", "8760h"),
+    "168h",
+    "CredentialsExpiringSoon this long before a member's token or certificate expires",
+  ),
+  allowExec: setting("allow-exec", bool, "false", "accept kubeconfigs with exec credential plugins"),
+  allowAuthProvider: setting(
+    "allow-auth-provider",
+    bool,
+    "false",
+    "accept kubeconfigs with auth-provider plugins",
+  ),
+  allowFilePaths: setting(
+    "allow-file-paths",
+    bool,
+    "false",
+    "accept kubeconfigs that name files (certificate-authority, tokenFile, ...)",
+  ),
+  allowInsecureSkipTlsVerify: setting(
+    "allow-insecure-skip-tls-verify",
+    bool,
+    "false",
+    "accept kubeconfigs with insecure-skip-tls-verify",
+  ),
+  logLevel: setting(
+    "log-level",
+    z.enum(["Debug", "Info", "Warn", "Error"], "Debug, Info, Warn or Error"),
+    "Info",
+    "minimum level of the JSON logs",
+  ),
+} as const
+
+type Settings = typeof hubSettings
+type ValueOf<S> = S extends Setting<infer T, string | undefined> ? T : never
+
+/** The hub's whole configuration, every value present (kubeconfig alone may be unset). */
+export type HubConfig = {
+  readonly [K in keyof Settings as Settings[K]["default"] extends string ? K : never]: ValueOf<Settings[K]>
+} & {
+  readonly [K in keyof Settings as Settings[K]["default"] extends string ? never : K]?: ValueOf<Settings[K]>
+}
+
+export const envNameOf = (flag: string) => `FLEETCHECK_${flag.toUpperCase().replaceAll("-", "_")}`
+
+export class HubConfigError extends Data.TaggedError("HubConfigError")<{ readonly message: string }> {}
+
+/**
+ * Resolves every setting: flag, else FLEETCHECK_<FLAG>, else its default; each value validated by its
+ * schema. `values` holds raw strings by flag name (as node:util parseArgs gives them). Leader-election
+ * timings are also checked against each other (client-go's rules), so bad timings fail at startup.
+ */
+export const resolveHubConfig = (
+  values: Readonly<Record<string, string | undefined>>,
+  env: Readonly<Record<string, string | undefined>>,
+): HubConfig => {
+  const out: Record<string, unknown> = {}
+  const problems: string[] = []
+  for (const [key, s] of Object.entries(hubSettings) as Array<[string, Setting<unknown>]>) {
+    const raw = values[s.flag] ?? env[envNameOf(s.flag)] ?? s.default
+    if (raw === undefined) continue
+    const parsed = s.schema.safeParse(raw)
+    if (parsed.success) out[key] = parsed.data
+    else problems.push(`--${s.flag}: ${parsed.error.issues.map((i) => i.message).join(", ")}`)
+  }
+  const config = out as HubConfig
+  if (problems.length === 0) problems.push(...leaderElectionProblems(config))
+  if (problems.length > 0)
+    throw new HubConfigError({ message: `invalid hub settings: ${problems.join("; ")}` })
+  return config
+}
+
+/** client-go's constraints: leaseDuration > renewDeadline > 1.2 × retryPeriod. */
+const leaderElectionProblems = (c: HubConfig): string[] => {
+  const problems: string[] = []
+  if (c.leaseDurationMs <= c.renewDeadlineMs)
+    problems.push("--leader-elect-lease-duration must be longer than --leader-elect-renew-deadline")
+  if (c.renewDeadlineMs <= 1.2 * c.retryPeriodMs)
+    problems.push("--leader-elect-renew-deadline must be longer than 1.2 × --leader-elect-retry-period")
+  return problems
+}
+
+/** Every setting at its default: what `fleetcheck hub` runs with no flags and no environment. */
+export const defaultHubConfig: HubConfig = resolveHubConfig({}, {})
+
+/** `--help` text: one line per setting with its environment variable and default. */
+export const hubHelp = (): string =>
+  Object.values(hubSettings)
+    .map((s: Setting<unknown>) => {
+      const name = `--${s.flag}`.padEnd(34)
+      const dflt = s.default === undefined ? "" : ` (default ${s.default})`
+      return `  ${name} ${s.describe}${dflt}\n  ${"".padEnd(34)} [env ${envNameOf(s.flag)}]`
+    })
+    .join("\n")
+
+/** The flag names, for node:util parseArgs. */
+export const hubFlagNames = (): string[] => Object.values(hubSettings).map((s) => s.flag)

@@ -1,0 +1,83 @@
+// The one place a hub is assembled: `fleetcheck hub`, `fleetcheck dev`, the tests and the benchmarks all
+// call launchHub. It builds the hub's scope, its logger (JSON lines at the configured level), tracing
+// (from the standard OTEL_* environment) and metrics, then runs the hub in that scope. stop() closes
+// the scope the way SIGTERM does: members drain, the lease is released, spans are flushed.
+import { KubeConfig } from "@kubernetes/client-node"
+import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
+import type { FleetMetrics } from "../observability/metrics/index.ts"
+import { makeMetrics } from "../observability/metrics/index.ts"
+import { TracingLive, type TracingOptions } from "../observability/tracing.ts"
+import type { HubConfig } from "./config.ts"
+import { type HubHandle, runHub } from "./hub.ts"
+import { makeLeaderIdentity } from "./leader-election.ts"
+
+export interface LaunchOptions {
+  readonly config: HubConfig
+  /** The hub cluster's credentials; unset: the config's kubeconfig file, else in-cluster, else $KUBECONFIG. */
+  readonly kubeConfig?: KubeConfig
+  /** Unset: hostname plus a random suffix, unique per process. */
+  readonly identity?: string
+  /** Export the Node.js process metrics too (the `hub` command does; in-process test hubs do not). */
+  readonly processMetrics?: boolean
+  /** Replaces the JSON console logger (tests capture log lines with it). */
+  readonly logger?: Logger.Logger<unknown, void>
+  readonly tracing?: TracingOptions
+}
+
+export interface LaunchedHub extends HubHandle {
+  readonly url: string
+  readonly metrics: FleetMetrics
+  /** Closes the hub's scope as SIGTERM does; resolves once members drained and the lease is released. */
+  readonly stop: () => Promise<void>
+}
+
+const hubKubeConfig = (config: HubConfig): KubeConfig => {
+  const kc = new KubeConfig()
+  if (config.kubeconfig) kc.loadFromFile(config.kubeconfig)
+  else kc.loadFromDefault()
+  return kc
+}
+
+export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> => {
+  const { config } = options
+  const metrics = makeMetrics({ processMetrics: options.processMetrics === true })
+  const logging = Layer.merge(
+    Logger.layer([options.logger ?? Logger.consoleJson]),
+    Layer.succeed(References.MinimumLogLevel, config.logLevel),
+  )
+  const scope = Effect.runSync(Scope.make())
+  const close = () => Effect.runPromise(Scope.close(scope, Exit.void).pipe(Effect.provide(logging)))
+  try {
+    // Built into the hub's scope: the tracer provider must outlive this call and flush on stop.
+    const services = await Effect.runPromise(
+      Layer.buildWithScope(
+        Layer.merge(logging, TracingLive({ serviceName: "fleetcheck-hub", ...options.tracing })),
+        scope,
+      ),
+    )
+    const hub = await Effect.runPromise(
+      runHub({
+        config,
+        hubKubeConfig: options.kubeConfig ?? hubKubeConfig(config),
+        identity: options.identity ?? makeLeaderIdentity(),
+        metrics,
+      }).pipe(Scope.provide(scope), Effect.provide(services)),
+    )
+    const host = config.httpAddress.host
+    const urlHost =
+      host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host
+    let stopped: Promise<void> | undefined
+    return {
+      ...hub,
+      url: `http://${urlHost}:${hub.port}`,
+      metrics,
+      stop: () => {
+        stopped ??= close()
+        return stopped
+      },
+    }
+  } catch (error) {
+    await close()
+    throw error
+  }
+}

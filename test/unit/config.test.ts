@@ -1,0 +1,131 @@
+// The hub's one configuration schema: flags, environment variables, --help and defaults all come from
+// it, so they agree by construction; these tests hold that construction to account.
+import { assert, describe, it } from "@effect/vitest"
+import { hubUsage, parseHubFlags } from "../../src/cli/hub.ts"
+import {
+  defaultHubConfig,
+  envNameOf,
+  HubConfigError,
+  hubFlagNames,
+  hubSettings,
+  resolveHubConfig,
+} from "../../src/hub/config.ts"
+
+const throwsConfigError = (f: () => unknown, pattern: RegExp) => {
+  try {
+    f()
+  } catch (e) {
+    assert.instanceOf(e, HubConfigError)
+    assert.match((e as HubConfigError).message, pattern)
+    return
+  }
+  assert.fail("expected a HubConfigError")
+}
+
+describe("hub configuration", () => {
+  it("defaults: controller-runtime's lease timings, 4 workers, 32 hub-wide, probes every 10 s", () => {
+    const c = defaultHubConfig
+    assert.deepStrictEqual([c.leaseDurationMs, c.renewDeadlineMs, c.retryPeriodMs], [15_000, 10_000, 2_000])
+    assert.strictEqual(c.workersPerMember, 4)
+    assert.strictEqual(c.maxConcurrentReconciles, 32)
+    assert.strictEqual(c.probeIntervalMs, 10_000)
+    assert.strictEqual(c.drainGraceMs, 30_000)
+    assert.strictEqual(c.namespace, "fleetcheck-system")
+    assert.deepStrictEqual(c.httpAddress, { host: "0.0.0.0", port: 8080 })
+    assert.strictEqual(c.kubeconfig, undefined)
+  })
+
+  it("--help lists every setting with its environment variable and default", () => {
+    for (const s of Object.values(hubSettings)) {
+      const line = hubUsage.split("\n").findIndex((l) => l.trimStart().startsWith(`--${s.flag} `))
+      assert.isAtLeast(line, 0, `--${s.flag} is in --help`)
+      const text = hubUsage
+        .split("\n")
+        .slice(line, line + 2)
+        .join("\n")
+      assert.include(text, `[env ${envNameOf(s.flag)}]`)
+      if (s.default !== undefined) assert.include(text, `(default ${s.default})`)
+    }
+  })
+
+  it("every flag and its environment variable set the same value, and the flag wins", () => {
+    const samples: Record<string, string> = {
+      kubeconfig: "/tmp/hub.kubeconfig",
+      namespace: "hub-ns",
+      "http-address": "[::1]:9090",
+      "leader-elect": "false",
+      "leader-elect-lease-duration": "30s",
+      "leader-elect-renew-deadline": "20s",
+      "leader-elect-retry-period": "4s",
+      "max-concurrent-reconciles": "7",
+      "workers-per-member": "3",
+      "probe-interval": "1m30s",
+      "probe-failure-threshold": "5",
+      "probe-success-threshold": "2",
+      "cache-sync-timeout": "45s",
+      "status-interval": "5s",
+      "drain-grace": "10s",
+      "running-poll": "15s",
+      "resync-period": "1h",
+      "credential-expiry-warning": "48h",
+      "allow-exec": "true",
+      "allow-auth-provider": "true",
+      "allow-file-paths": "true",
+      "allow-insecure-skip-tls-verify": "true",
+      "log-level": "Debug",
+    }
+    assert.sameMembers(Object.keys(samples), hubFlagNames(), "a sample for every flag")
+    const byFlag = parseHubFlags(
+      Object.entries(samples).flatMap(([k, v]) => [`--${k}`, v]),
+      {},
+    )
+    const byEnv = parseHubFlags(
+      [],
+      Object.fromEntries(Object.entries(samples).map(([k, v]) => [envNameOf(k), v])),
+    )
+    assert.deepStrictEqual(byFlag, byEnv)
+    assert.notDeepEqual(byFlag, defaultHubConfig)
+    assert.strictEqual(byFlag.probeIntervalMs, 90_000)
+    assert.deepStrictEqual(byFlag.httpAddress, { host: "::1", port: 9090 })
+    const both = parseHubFlags(["--workers-per-member", "9"], { FLEETCHECK_WORKERS_PER_MEMBER: "2" })
+    assert.strictEqual(both.workersPerMember, 9)
+  })
+
+  it("http addresses: host:port, :port and bracketed IPv6", () => {
+    const at = (a: string) => resolveHubConfig({ "http-address": a }, {}).httpAddress
+    assert.deepStrictEqual(at("127.0.0.1:0"), { host: "127.0.0.1", port: 0 })
+    assert.deepStrictEqual(at(":8080"), { host: "0.0.0.0", port: 8080 })
+    assert.deepStrictEqual(at("[::]:8080"), { host: "::", port: 8080 })
+    throwsConfigError(() => at("::8080"), /--http-address/)
+    throwsConfigError(() => at("localhost:99999"), /--http-address/)
+  })
+
+  it("bad values are refused with the flag's name; durations are Go durations", () => {
+    throwsConfigError(
+      () => resolveHubConfig({ "probe-interval": "1000" }, {}),
+      /--probe-interval: .*Go duration/,
+    )
+    throwsConfigError(
+      () => resolveHubConfig({}, { FLEETCHECK_WORKERS_PER_MEMBER: "0" }),
+      /--workers-per-member/,
+    )
+    throwsConfigError(() => resolveHubConfig({ "leader-elect": "yes" }, {}), /--leader-elect: true or false/)
+    throwsConfigError(() => resolveHubConfig({ namespace: "Not_A_Label" }, {}), /--namespace/)
+    throwsConfigError(() => resolveHubConfig({ "log-level": "Verbose" }, {}), /--log-level/)
+  })
+
+  it("lease timings must satisfy client-go's rules before anything starts", () => {
+    throwsConfigError(
+      () => resolveHubConfig({ "leader-elect-lease-duration": "10s" }, {}),
+      /lease-duration must be longer than --leader-elect-renew-deadline/,
+    )
+    throwsConfigError(
+      () => resolveHubConfig({ "leader-elect-retry-period": "9s" }, {}),
+      /renew-deadline must be longer than 1.2 × --leader-elect-retry-period/,
+    )
+  })
+
+  it("unknown flags are refused", () => {
+    assert.throws(() => parseHubFlags(["--no-such-flag", "x"], {}))
+  })
+})
