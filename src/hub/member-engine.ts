@@ -124,6 +124,21 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
   // create Jobs that already exist and report checks as missing.
   const awaitSynced = Effect.all([checks.awaitSynced, jobs.awaitSynced], { discard: true })
   const stats = makeControllerStats()
+  // Stopping: the queue stops (draining in-flight reconciles for the grace the hub grants now, unless
+  // the lease goes meanwhile), and only then are the workers interrupted, which aborts their requests.
+  // Scope finalizers run last-registered first, so this one is registered after the workers exist:
+  // registered before them, it would run after their interruption and drain nothing.
+  const drain = Effect.suspend(() => {
+    const graceMs = options.drainGraceMs()
+    if (graceMs <= 0) return queue.shutDown
+    return queue.shutDownWithDrain.pipe(
+      Effect.timeout(graceMs),
+      Effect.catch(() => Effect.logWarning("in-flight reconciles did not finish within the drain grace")),
+      Effect.raceFirst(
+        options.lostLease.pipe(Effect.andThen(Effect.logWarning("lease lost while draining; stopping now"))),
+      ),
+    )
+  })
   yield* Effect.gen(function* () {
     yield* awaitSynced
     yield* runController({
@@ -136,21 +151,8 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
       ...(options.globalLimit ? { globalLimit: options.globalLimit } : {}),
       ...(options.controllerHooks ? { hooks: options.controllerHooks } : {}),
     })
+    yield* Effect.addFinalizer(() => drain)
   }).pipe(Effect.forkScoped)
-  // Finalizers run last-registered first: stop the queue (draining in-flight reconciles for the grace
-  // the hub grants now, unless the lease goes meanwhile), then the workers and informers are
-  // interrupted as the scope closes, which aborts their requests.
-  yield* Effect.addFinalizer(() => {
-    const graceMs = options.drainGraceMs()
-    if (graceMs <= 0) return queue.shutDown
-    return queue.shutDownWithDrain.pipe(
-      Effect.timeout(graceMs),
-      Effect.catch(() => Effect.logWarning("in-flight reconciles did not finish within the drain grace")),
-      Effect.raceFirst(
-        options.lostLease.pipe(Effect.andThen(Effect.logWarning("lease lost while draining; stopping now"))),
-      ),
-    )
-  })
 
   const engine: MemberEngine = {
     cluster,
