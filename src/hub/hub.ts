@@ -70,7 +70,13 @@ export const runHub = Effect.fnUntraced(function* (
           }
         : { answers: true }
   // The elector's own client is never fenced (it renews the lease); leader work gets a fenced one.
-  const electorClient = yield* makeKubeClient({ cluster: "hub", kubeConfig: options.hubKubeConfig })
+  // Every request names this hub process, so the API servers' audit logs tell replicas apart.
+  const userAgent = `fleetcheck-hub/${identity}`
+  const electorClient = yield* makeKubeClient({
+    cluster: "hub",
+    kubeConfig: options.hubKubeConfig,
+    userAgent,
+  })
   let fence: LeaderFence = { mayWrite: Effect.succeed(true), lostLease: Effect.never }
   const hubClient = gateWrites(
     electorClient,
@@ -114,6 +120,7 @@ export const runHub = Effect.fnUntraced(function* (
       members,
       metrics,
       reportingInstance: identity,
+      userAgent,
       drainGraceMs: () => drainGrace(),
       fence,
       onSynced: () => {

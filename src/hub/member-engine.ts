@@ -21,6 +21,8 @@ import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupche
 export interface MemberEngineOptions {
   readonly cluster: string
   readonly kubeConfig: KubeConfig
+  /** User-Agent of every request (names the hub process in the member's audit log). */
+  readonly userAgent: string
   /** Watch and reconcile only these namespaces (fleetcheck.io/namespaces); default cluster-wide. */
   readonly namespaces?: ReadonlyArray<string> | undefined
   /** Worker fibers for this member. */
@@ -70,7 +72,7 @@ const ownerKey = (job: V1Job): string | undefined => {
 export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
   const { cluster } = options
   const client = gateWrites(
-    yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig }),
+    yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig, userAgent: options.userAgent }),
     options.mayWrite,
   )
   const queue = yield* makeWorkQueue({

@@ -36,6 +36,7 @@ export interface MemberDeps {
   /** Drain grace when the member stops now: none once the lease is lost (see hub.ts). */
   readonly drainGraceMs: () => number
   readonly fence: LeaderFence
+  readonly userAgent: string
 }
 
 export interface MemberSpec {
@@ -233,6 +234,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const engine = yield* startMemberEngine({
     cluster: entry.name,
     kubeConfig: spec.kubeConfig,
+    userAgent: deps.userAgent,
     namespaces: spec.namespaces,
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,

@@ -35,6 +35,8 @@ export interface RegistrationOptions {
   readonly fence: LeaderFence
   /** Who writes Events (the hub's identity). */
   readonly reportingInstance: string
+  /** The User-Agent of every request to the members. */
+  readonly userAgent: string
   /** Called once every registration Secret has been listed: the hub's view is now complete. */
   readonly onSynced: () => void
 }
@@ -121,7 +123,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   const releaseMemberFinalizers = (name: string, engaged: Engaged) =>
     Effect.gen(function* () {
       const client = gateWrites(
-        yield* makeKubeClient({ cluster: name, kubeConfig: engaged.kubeConfig, requestTimeoutMs: 5_000 }),
+        yield* makeKubeClient({
+          cluster: name,
+          kubeConfig: engaged.kubeConfig,
+          requestTimeoutMs: 5_000,
+          userAgent: options.userAgent,
+        }),
         options.fence.mayWrite,
       )
       const counts = yield* releaseFinalizers(client, engaged.namespaces)
@@ -227,6 +234,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
                 metrics,
                 drainGraceMs: options.drainGraceMs,
                 fence: options.fence,
+                userAgent: options.userAgent,
               },
             )
             return yield* Effect.never

@@ -98,6 +98,8 @@ export interface KubeClientOptions {
   readonly requestTimeoutMs?: number
   /** Default inactivity timeout of watch(); default 90 s (bookmarks arrive about every 60 s). */
   readonly watchInactivityTimeoutMs?: number
+  /** Sent as User-Agent on every request, so API server audit logs tell hub processes apart. */
+  readonly userAgent?: string
 }
 
 export interface ResourceRef {
@@ -185,6 +187,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   const { cluster, kubeConfig } = options
   const requestTimeoutMs = options.requestTimeoutMs ?? 30_000
   const watchInactivityTimeoutMs = options.watchInactivityTimeoutMs ?? 90_000
+  const userAgent = options.userAgent ?? "fleetcheck"
   const server = kubeConfig.getCurrentCluster()?.server
   // Our Agent talks to the server directly; a proxy-url would silently be bypassed, so refuse it.
   const proxyUrl = kubeConfig.getCurrentCluster()?.proxyUrl
@@ -252,7 +255,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     method,
     agent,
     ...(auth.basicAuth ? { auth: auth.basicAuth } : {}),
-    headers: { ...auth.headers, accept: "application/json", "user-agent": "fleetcheck", ...extra },
+    headers: { ...auth.headers, accept: "application/json", "user-agent": userAgent, ...extra },
   })
 
   const apiError = (method: string, path: string, status: number, text: string, retryAfter?: number) => {

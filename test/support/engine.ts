@@ -26,6 +26,7 @@ export const engineOptions = (
 ): MemberEngineOptions => ({
   cluster,
   kubeConfig,
+  userAgent: "fleetcheck-test",
   namespaces: undefined,
   workers: defaultHubConfig.workersPerMember,
   globalLimit: undefined,
