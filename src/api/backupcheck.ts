@@ -5,8 +5,10 @@ import {
   checkTimeZone,
   cronPattern,
   durationPattern,
+  formatDuration,
   parseDuration,
   parseSchedule,
+  shortestIntervalMs,
   timeZonePattern,
 } from "./syntax.ts"
 
@@ -35,8 +37,25 @@ export const conditionReasons = {
   InvalidSpec: "InvalidSpec",
   /** Scheduled, and no run has been due since creation (Verified=Unknown). */
   AwaitingFirstRun: "AwaitingFirstRun",
+  RestoreOOMKilled: "RestoreOOMKilled",
+  /** The Job of a run recorded as Running disappeared before its result was read; it is not re-created. */
+  RestoreJobMissing: "RestoreJobMissing",
+  /** concurrencyPolicy Replace deleted a run's Job for a newer run before it finished. */
+  RunSuperseded: "RunSuperseded",
+  /** The run's deterministic Job name is taken by a Job this check does not control. */
+  NameConflict: "NameConflict",
 } as const
 export type ConditionReason = (typeof conditionReasons)[keyof typeof conditionReasons]
+
+/** Reasons of the Events the reconciler records on a BackupCheck. */
+export const eventReasons = {
+  /** concurrencyPolicy Forbid: a scheduled slot passed while an earlier run was still active. */
+  RunSkipped: "RunSkipped",
+} as const
+
+/** What happens when a run is due while an earlier run's Job is still active (CronJob's field). */
+export const concurrencyPolicies = ["Forbid", "Replace"] as const
+export type ConcurrencyPolicy = (typeof concurrencyPolicies)[number]
 
 export const runResults = ["Running", "Succeeded", "Failed"] as const
 export type RunResult = (typeof runResults)[number]
@@ -45,6 +64,25 @@ export const checksumPattern = /^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[
 
 // ---------------------------------------------------------------------------------------------------
 // Spec
+
+/**
+ * Why a timeout longer than the schedule's shortest interval is refused (ADR 0004): every run could
+ * still be active at its next slot, so with Forbid most slots would be skipped and with Replace every
+ * run could be superseded before it ends. Hub-side only: CEL cannot read a cron schedule.
+ */
+const timeoutOverlap = (spec: {
+  readonly schedule?: string | undefined
+  readonly timeZone?: string | undefined
+  readonly timeout: string
+}): string | undefined => {
+  if (spec.schedule === undefined) return undefined
+  const timeout = parseDuration(spec.timeout)
+  const compiled = parseSchedule(spec.schedule, spec.timeZone)
+  if (typeof timeout !== "number" || !compiled.success) return undefined // reported on their own fields
+  const interval = shortestIntervalMs(compiled.cron)
+  if (timeout <= interval) return undefined
+  return `timeout ${spec.timeout} is longer than the shortest interval of schedule "${spec.schedule}" (${formatDuration(interval)}): a run could still be active at its next slot; set timeout to at most ${formatDuration(interval)} or schedule less often`
+}
 
 // A Go duration whose value (when the pattern matched) satisfies `ok`; the CEL rule says the same to
 // the API server, which compares durations natively.
@@ -126,7 +164,9 @@ export const JobTemplateSchema = z
         "batch/v1 JobSpec of the restore Job. activeDeadlineSeconds is set from spec.timeout by the hub.",
       ),
   })
-  .describe("The restore Job, shaped like a CronJob's jobTemplate.")
+  .describe(
+    "The restore Job, shaped like a CronJob's jobTemplate. spec.ttlSecondsAfterFinished is dropped: the hub deletes finished Jobs by the history limits, after their result is recorded.",
+  )
 
 export const BackupCheckSpecSchema = z
   .strictObject({
@@ -163,6 +203,12 @@ export const BackupCheckSpecSchema = z
       .optional()
       .describe("Verified turns False (VerificationStale) when the last success is older than this."),
     suspend: z.boolean().default(false).describe("Suspends new runs; a running restore is not stopped."),
+    concurrencyPolicy: z
+      .enum(concurrencyPolicies)
+      .default("Forbid")
+      .describe(
+        "A run is due while an earlier run's Job is still active: Forbid (default) lets the earlier run finish and skips a scheduled slot that passes meanwhile (Event RunSkipped); Replace deletes the earlier Job (Verified=False, RunSuperseded) and starts the new run.",
+      ),
     successfulRunsHistoryLimit: z
       .int()
       .min(0)
@@ -182,6 +228,8 @@ export const BackupCheckSpecSchema = z
     if (spec.timeZone !== undefined && spec.schedule === undefined) {
       ctx.addIssue({ code: "custom", path: ["timeZone"], message: "timeZone requires schedule" })
     }
+    const overlap = timeoutOverlap(spec)
+    if (overlap !== undefined) ctx.addIssue({ code: "custom", path: ["timeout"], message: overlap })
   })
   .meta({
     "x-kubernetes-validations": [
@@ -214,6 +262,13 @@ export const LastRunSchema = z
       .regex(/^[0-9a-f]{32}$/)
       .optional()
       .describe("OpenTelemetry trace ID of the verification."),
+    specHash: z
+      .string()
+      .regex(/^[0-9a-f]{16}$/)
+      .optional()
+      .describe(
+        "Hash of what the run verified (spec.backup, spec.jobTemplate, spec.timeout): a verdict stands only for that spec.",
+      ),
   })
   .describe("The most recent verification run.")
 

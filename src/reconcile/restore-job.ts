@@ -1,9 +1,15 @@
 // Builds the restore Job for one run of a BackupCheck: a pure function of the check, the run and the
 // cluster, so every hub (and every retry) renders the same Job under the same deterministic name.
+// The hub alone decides when a Job goes (history limits, after its result is recorded; ADR 0004), so
+// the template's ttlSecondsAfterFinished is dropped: a Job the TTL controller deleted before the hub
+// read it would be a lost verdict.
 import type { V1Container, V1EnvVar, V1Job, V1JobSpec } from "@kubernetes/client-node"
 import type { BackupCheck, BackupCheckSpecInput } from "../api/backupcheck.ts"
 import { annotationTraceparent, labelBackupCheck, labelRun } from "../api/names.ts"
 import { labelValueFor } from "./run-identity.ts"
+
+/** On every restore Job: specHashFor(spec) of the spec it was rendered from, the spec its verdict is about. */
+export const annotationSpecHash = "fleetcheck.io/spec-hash"
 
 export interface RestoreJobInput {
   readonly cluster: string
@@ -16,6 +22,8 @@ export interface RestoreJobInput {
   readonly runID: string
   readonly timeoutSeconds: number
   readonly traceparent: string
+  /** specHashFor(check.spec) */
+  readonly specHash: string
 }
 
 const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1Container => {
@@ -31,7 +39,9 @@ const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1C
 export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
   const { check, cluster, jobName, runID } = input
   const template = check.spec.jobTemplate
-  const jobSpec: V1JobSpec = structuredClone(template.spec)
+  const { ttlSecondsAfterFinished: _lifetimeIsTheHubs, ...jobSpec }: V1JobSpec = structuredClone(
+    template.spec,
+  )
   const podTemplate = jobSpec.template
   const podSpec = podTemplate.spec ?? { containers: [] }
   const injected: V1EnvVar[] = [
@@ -50,7 +60,11 @@ export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
       name: jobName,
       namespace: check.metadata.namespace,
       labels: { ...template.metadata?.labels, ...labels },
-      annotations: { ...template.metadata?.annotations, [annotationTraceparent]: input.traceparent },
+      annotations: {
+        ...template.metadata?.annotations,
+        [annotationTraceparent]: input.traceparent,
+        [annotationSpecHash]: input.specHash,
+      },
       ownerReferences: [
         {
           apiVersion: check.apiVersion,

@@ -70,6 +70,38 @@ export const labelValueFor = (value: string): string => {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// What a run verifies
+
+/** JSON with object keys sorted, so equal values hash equally whatever order their keys came in. */
+const canonicalJSON = (value: unknown): string => {
+  if (Array.isArray(value)) return `[${value.map(canonicalJSON).join(",")}]`
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJSON(v)}`).join(",")}}`
+  }
+  return JSON.stringify(value) ?? "null"
+}
+
+/**
+ * The restore spec a run verifies: spec.backup, spec.jobTemplate and spec.timeout (16 hex digits of
+ * sha256 over their canonical JSON). Scheduling fields (schedule, timeZone, suspend, maxStaleness,
+ * history limits, concurrencyPolicy) are left out: editing them does not change what a verdict says.
+ * Takes the parsed spec, so a default the API server filled in and the same default left implicit
+ * hash alike.
+ */
+export const specHashFor = (spec: {
+  readonly backup: unknown
+  readonly jobTemplate: unknown
+  readonly timeout: string
+}): string =>
+  createHash("sha256")
+    .update(canonicalJSON({ backup: spec.backup, jobTemplate: spec.jobTemplate, timeout: spec.timeout }))
+    .digest("hex")
+    .slice(0, 16)
+
+// ---------------------------------------------------------------------------------------------------
 // Trace context
 
 /** W3C trace context for a run: derived from the check's uid and the run id, so it is the same on every hub. */

@@ -2,6 +2,7 @@
 // its arguments (no clock, no I/O), so two hubs looking at the same object at the same time agree on
 // the run. The schedule grammar is src/api/syntax.ts; run ids and Job names are run-identity.ts.
 import type { Cron } from "croner"
+import type { ConcurrencyPolicy } from "../api/backupcheck.ts"
 import { parseSchedule } from "../api/syntax.ts"
 import { type Instant, runIDForGeneration, runIDForTime } from "./run-identity.ts"
 
@@ -43,8 +44,20 @@ export interface DueRunInput {
   readonly timeZone?: string | undefined
   /** metadata.creationTimestamp: scheduled times at or before it never run. */
   readonly creationTime: Instant
-  /** status.lastRun: a different run started at or after a scheduled time covers that time. */
-  readonly lastRun?: { readonly runID: string; readonly startTime: Instant | string } | undefined
+  /**
+   * status.lastRun: a different run started at or after a scheduled time covers that time; with Forbid,
+   * one that was still running at a scheduled time (Running, or completed after it) skips that time.
+   */
+  readonly lastRun?:
+    | {
+        readonly runID: string
+        readonly startTime: Instant | string
+        readonly completionTime?: Instant | string | undefined
+        readonly result?: string | undefined
+      }
+    | undefined
+  /** spec.concurrencyPolicy; default Forbid. */
+  readonly concurrencyPolicy?: ConcurrencyPolicy | undefined
   readonly now: Instant
 }
 
@@ -55,6 +68,8 @@ export interface DueRunResult {
   readonly nextRunTime: number | undefined
   /** Set (and nothing due) when schedule or timeZone is invalid; parseBackupCheck rejects those first. */
   readonly error?: string | undefined
+  /** Forbid: the latest scheduled time, skipped because lastRun was still running when it came. */
+  readonly skipped?: DueRun | undefined
 }
 
 const toMs = (t: Instant | string): number =>
@@ -71,6 +86,10 @@ const toMs = (t: Instant | string): number =>
  * collapse into the latest one), runID s<UTC time of T>. T is covered, and no run is due, when a
  * different last run started at or after T (a run of an earlier generation or schedule), so editing
  * the schedule does not fire an immediate catch-up run; CronJob's lastScheduleTime does the same.
+ * With concurrencyPolicy Forbid, T is skipped (returned as `skipped`, nothing due) when a different
+ * last run that started before T was still running at T: Running now, or completed after T. The
+ * skipped time never runs late; the next one does. With Replace, T is due and the caller supersedes
+ * the run still active.
  */
 export const dueRun = (input: DueRunInput): DueRunResult => {
   if (input.schedule === undefined) {
@@ -83,8 +102,13 @@ export const dueRun = (input: DueRunInput): DueRunResult => {
   if (Number.isNaN(prev) || prev <= toMs(input.creationTime)) return { run: undefined, nextRunTime }
   const runID = runIDForTime(prev)
   const last = input.lastRun
-  if (last !== undefined && last.runID !== runID && toMs(last.startTime) >= prev) {
-    return { run: undefined, nextRunTime }
+  if (last !== undefined && last.runID !== runID) {
+    if (toMs(last.startTime) >= prev) return { run: undefined, nextRunTime }
+    const activeAtSlot =
+      last.result === "Running" || (last.completionTime !== undefined && toMs(last.completionTime) > prev)
+    if ((input.concurrencyPolicy ?? "Forbid") === "Forbid" && activeAtSlot) {
+      return { run: undefined, nextRunTime, skipped: { runID, scheduledTime: prev } }
+    }
   }
   return { run: { runID, scheduledTime: prev }, nextRunTime }
 }

@@ -240,6 +240,69 @@ describe("parseBackupCheck: invalid objects", () => {
     )
   })
 
+  it("refuses a timeout longer than the schedule's shortest interval, naming both and the fix", () => {
+    expectInvalid(
+      withSpec((s) => {
+        s.schedule = "*/15 * * * *"
+        s.timeout = "1h"
+      }),
+      /spec\.timeout: timeout 1h is longer than the shortest interval of schedule "\*\/15 \* \* \* \*" \(15m0s\).*at most 15m0s/,
+    )
+    // The default (1h) counts too: a schedule more frequent than hourly needs its own timeout.
+    expectInvalid(
+      withSpec((s) => {
+        s.schedule = "* * * * *"
+        delete s.timeout
+      }),
+      /spec\.timeout: timeout 1h is longer than the shortest interval .* \(1m0s\)/,
+    )
+    // Irregular schedules are judged by their shortest gap: */7 fires at :56 and again at :00.
+    expectInvalid(
+      withSpec((s) => {
+        s.schedule = "*/7 * * * *"
+        s.timeout = "5m"
+      }),
+      /\(4m0s\)/,
+    )
+    for (const [schedule, timeout] of [
+      ["*/15 * * * *", "15m"],
+      ["* * * * *", "50s"],
+      ["0 * * * *", "1h"],
+      ["0 3 * * *", "23h"],
+    ]) {
+      const ok = parseBackupCheck(
+        withSpec((s) => {
+          s.schedule = schedule
+          s.timeout = timeout
+        }),
+      )
+      assert.isTrue(ok.success, `${schedule} with timeout ${timeout}`)
+    }
+    // Daily in Europe/Berlin is 23h apart on the day summer time starts.
+    assert.isFalse(parseBackupCheck(withSpec((s) => (s.timeout = "24h"))).success)
+    assert.isTrue(
+      parseBackupCheck(
+        withSpec((s) => {
+          delete s.schedule
+          delete s.timeZone
+          s.timeout = "48h"
+        }),
+      ).success,
+      "without a schedule any timeout is fine",
+    )
+  })
+
+  it("defaults concurrencyPolicy to Forbid and accepts Replace only besides it", () => {
+    const parsed = parseBackupCheck(withSpec((s) => delete s.concurrencyPolicy))
+    assert.isTrue(parsed.success)
+    if (parsed.success) assert.strictEqual(parsed.data.spec.concurrencyPolicy, "Forbid")
+    assert.isTrue(parseBackupCheck(withSpec((s) => (s.concurrencyPolicy = "Replace"))).success)
+    expectInvalid(
+      withSpec((s) => (s.concurrencyPolicy = "Allow")),
+      /spec\.concurrencyPolicy/,
+    )
+  })
+
   it("rejects bad checksums", () => {
     for (const checksum of [
       "sha256:abc",
@@ -338,6 +401,9 @@ describe("constants", () => {
       "JobCreateFailed",
       "ClusterUnreachable",
       "InvalidSpec",
+      "RestoreJobMissing",
+      "NameConflict",
+      "RunSuperseded",
     ]) {
       assert.include(reasons, required)
     }
@@ -361,6 +427,7 @@ describe("constants", () => {
     })
     assert.deepStrictEqual(Object.keys(parsed).sort(), [
       "backup",
+      "concurrencyPolicy",
       "failedRunsHistoryLimit",
       "jobTemplate",
       "successfulRunsHistoryLimit",

@@ -209,6 +209,7 @@ describe("CRD schemas are structural", () => {
       nodes.filter((n) => "default" in n.schema).map((n) => [n.path, n.schema.default]),
     )
     assert.deepStrictEqual(defaults, {
+      ".spec.concurrencyPolicy": "Forbid",
       ".spec.failedRunsHistoryLimit": 1,
       ".spec.jobTemplate.spec.template.spec.restartPolicy": "Never",
       ".spec.successfulRunsHistoryLimit": 3,
@@ -255,6 +256,7 @@ describe("CRD schemas are structural", () => {
         reason: "FieldValueForbidden",
       },
     ])
+    assert.deepStrictEqual(props.concurrencyPolicy!.enum, ["Forbid", "Replace"])
     assert.deepStrictEqual(props.timeout!["x-kubernetes-validations"], [
       { rule: "duration(self) >= duration('1s')", message: "must be at least 1s" },
     ])

@@ -14,6 +14,7 @@ const check = {
       metadata: { labels: { team: "shop" } },
       spec: {
         backoffLimit: 2,
+        ttlSecondsAfterFinished: 0,
         template: {
           spec: {
             containers: [
@@ -43,6 +44,7 @@ describe("renderRestoreJob", () => {
     runID: "g1",
     timeoutSeconds: 1800,
     traceparent,
+    specHash: "0123456789abcdef",
   })
 
   it("names, labels and owns the Job", () => {
@@ -88,6 +90,12 @@ describe("renderRestoreJob", () => {
       expect((c.env ?? []).filter((e) => e.name === "TRACEPARENT")).toHaveLength(1)
     }
     expect(traceparent).toBe(`00-${traceID}-${traceparent.split("-")[2]}-01`)
+  })
+
+  it("drops ttlSecondsAfterFinished (the hub deletes Jobs after recording them) and records the spec hash", () => {
+    expect(job.spec).not.toHaveProperty("ttlSecondsAfterFinished")
+    expect(check.spec.jobTemplate.spec.ttlSecondsAfterFinished).toBe(0)
+    expect(job.metadata?.annotations?.["fleetcheck.io/spec-hash"]).toBe("0123456789abcdef")
   })
 
   it("does not mutate the check's template", () => {

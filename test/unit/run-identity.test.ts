@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { jobNameFor, runIDForTime } from "../../src/reconcile/run-identity.ts"
+import { jobNameFor, runIDForTime, specHashFor } from "../../src/reconcile/run-identity.ts"
 
 const t = (iso: string) => Date.parse(iso)
 const dns1123Label = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
@@ -51,5 +51,41 @@ describe("jobNameFor", () => {
     assert.notStrictEqual(jobNameFor(long, "g1"), jobNameFor(`${long}b`, "g1"))
     assert.notStrictEqual(jobNameFor("a.b", "g1"), jobNameFor("a-b", "g1"))
     assert.notStrictEqual(jobNameFor(long, "g1"), jobNameFor(long, "g2"))
+  })
+})
+
+describe("specHashFor", () => {
+  const spec = {
+    backup: { name: "orders", checksum: "sha256:aa" },
+    jobTemplate: { spec: { template: { spec: { containers: [{ name: "r", image: "r:1" }] } } } },
+    timeout: "30m",
+    schedule: "0 3 * * *",
+    suspend: false,
+  }
+
+  it("is 16 hex digits, stable across key order", () => {
+    const hash = specHashFor(spec)
+    assert.match(hash, /^[0-9a-f]{16}$/)
+    const reordered = {
+      timeout: "30m",
+      jobTemplate: { spec: { template: { spec: { containers: [{ image: "r:1", name: "r" }] } } } },
+      backup: { checksum: "sha256:aa", name: "orders" },
+    }
+    assert.strictEqual(specHashFor(reordered), hash)
+  })
+
+  it("changes with what a run verifies, not with when it runs", () => {
+    const hash = specHashFor(spec)
+    const rescheduled = { ...spec, schedule: "0 4 * * *", suspend: true }
+    assert.strictEqual(specHashFor(rescheduled), hash)
+    assert.notStrictEqual(specHashFor({ ...spec, backup: { ...spec.backup, name: "orders-2" } }), hash)
+    assert.notStrictEqual(specHashFor({ ...spec, timeout: "31m" }), hash)
+    assert.notStrictEqual(
+      specHashFor({
+        ...spec,
+        jobTemplate: { spec: { template: { spec: { containers: [{ name: "r", image: "r:2" }] } } } },
+      }),
+      hash,
+    )
   })
 })

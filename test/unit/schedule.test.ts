@@ -145,3 +145,62 @@ describe("dueRun with a schedule", () => {
     )
   })
 })
+
+describe("dueRun and concurrencyPolicy", () => {
+  const hourly = {
+    generation: 1,
+    schedule: "0 * * * *",
+    creationTime: t("2026-11-29T00:00:00Z"),
+    now: t("2026-11-29T11:00:05Z"),
+  }
+  const t1 = { runID: "s20261129t1000z", startTime: "2026-11-29T10:00:01Z" }
+
+  it("Forbid skips a slot that came while the last run was still running, and says which", () => {
+    const running = dueRun({ ...hourly, lastRun: { ...t1, result: "Running" } })
+    assert.isUndefined(running.run)
+    assert.deepStrictEqual(running.skipped, {
+      runID: "s20261129t1100z",
+      scheduledTime: t("2026-11-29T11:00:00Z"),
+    })
+    assert.strictEqual(running.nextRunTime, t("2026-11-29T12:00:00Z"))
+    // It ended after the slot: the slot stays skipped, it does not run late.
+    const endedAfter = dueRun({
+      ...hourly,
+      now: t("2026-11-29T11:20:00Z"),
+      lastRun: { ...t1, result: "Failed", completionTime: "2026-11-29T11:00:02Z" },
+    })
+    assert.isUndefined(endedAfter.run)
+    assert.strictEqual(endedAfter.skipped?.runID, "s20261129t1100z")
+    // The default policy is Forbid.
+    assert.deepStrictEqual(
+      dueRun({ ...hourly, lastRun: { ...t1, result: "Running" }, concurrencyPolicy: "Forbid" }),
+      running,
+    )
+  })
+
+  it("Forbid runs a slot the last run ended before", () => {
+    const result = dueRun({
+      ...hourly,
+      lastRun: { ...t1, result: "Succeeded", completionTime: "2026-11-29T10:59:59Z" },
+    })
+    assert.strictEqual(result.run?.runID, "s20261129t1100z")
+    assert.isUndefined(result.skipped)
+    // A record without result or completion time (written before either existed) does not block.
+    assert.strictEqual(dueRun({ ...hourly, lastRun: t1 }).run?.runID, "s20261129t1100z")
+  })
+
+  it("Replace makes the slot due even while the last run is running (the caller supersedes it)", () => {
+    const result = dueRun({ ...hourly, concurrencyPolicy: "Replace", lastRun: { ...t1, result: "Running" } })
+    assert.strictEqual(result.run?.runID, "s20261129t1100z")
+    assert.isUndefined(result.skipped)
+  })
+
+  it("a run that started after the slot covers it under either policy", () => {
+    const g2 = { runID: "g2", startTime: "2026-11-29T11:00:30Z", result: "Running" }
+    for (const concurrencyPolicy of ["Forbid", "Replace"] as const) {
+      const result = dueRun({ ...hourly, now: t("2026-11-29T11:10:00Z"), concurrencyPolicy, lastRun: g2 })
+      assert.isUndefined(result.run)
+      assert.isUndefined(result.skipped)
+    }
+  })
+})

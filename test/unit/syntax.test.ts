@@ -1,5 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import { checkTimeZone, formatDuration, parseDuration, parseSchedule } from "../../src/api/syntax.ts"
+import {
+  checkTimeZone,
+  formatDuration,
+  parseDuration,
+  parseSchedule,
+  shortestIntervalMs,
+} from "../../src/api/syntax.ts"
 
 describe("parseDuration", () => {
   it("reads Go durations into milliseconds", () => {
@@ -85,5 +91,32 @@ describe("parseSchedule", () => {
     assert.match(checkTimeZone("+01:00") ?? "", /IANA/)
     assert.match(checkTimeZone("Local") ?? "", /IANA/)
     assert.isFalse(parseSchedule("0 3 * * *", "Nowhere/Town").success)
+  })
+})
+
+describe("shortestIntervalMs", () => {
+  const shortest = (schedule: string, timeZone?: string) => {
+    const parsed = parseSchedule(schedule, timeZone)
+    if (!parsed.success) throw new Error(parsed.error)
+    return shortestIntervalMs(parsed.cron)
+  }
+  const minutes = (n: number) => n * 60_000
+
+  it("is the smallest gap between consecutive slots, wrap-arounds included", () => {
+    assert.strictEqual(shortest("* * * * *"), minutes(1))
+    assert.strictEqual(shortest("*/15 * * * *"), minutes(15))
+    assert.strictEqual(shortest("*/7 * * * *"), minutes(4)) // :56 → :00
+    assert.strictEqual(shortest("0,30 3 * * 0"), minutes(30))
+    assert.strictEqual(shortest("*/5 9-17 * * 1-5"), minutes(5))
+    assert.strictEqual(shortest("0 3 * * *"), minutes(24 * 60))
+    assert.strictEqual(shortest("@weekly"), minutes(7 * 24 * 60))
+  })
+
+  it("follows the time zone: a daily slot is 23h apart when summer time starts", () => {
+    assert.strictEqual(shortest("0 3 * * *", "Europe/Berlin"), minutes(23 * 60))
+  })
+
+  it("is the same for the same schedule (cached per compiled schedule)", () => {
+    assert.strictEqual(shortest("0 */6 * * *"), shortest("0 */6 * * *"))
   })
 })

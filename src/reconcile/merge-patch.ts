@@ -1,0 +1,42 @@
+// The JSON merge patch (RFC 7386) that turns one JSON value into another: what changed, with null for
+// every key that went away. A merge patch of the new status alone would keep fields the hub dropped
+// (nextRunTime on suspend, a finished run's completionTime under a new Running lastRun); the diff
+// removes them, leaves fields it never saw untouched (another writer's), and is empty when nothing
+// changed, so a converged reconcile sends no request at all.
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v)
+
+const equal = (a: unknown, b: unknown): boolean => {
+  if (a === b) return true
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => equal(x, b[i]))
+  if (isObject(a) && isObject(b)) {
+    const keys = (o: Record<string, unknown>) => Object.keys(o).filter((k) => o[k] !== undefined)
+    const ka = keys(a)
+    return ka.length === keys(b).length && ka.every((k) => equal(a[k], b[k]))
+  }
+  return false
+}
+
+/**
+ * The merge patch from `before` to `after`, or undefined when they are equal. Objects are diffed key
+ * by key (recursively); arrays and scalars are replaced whole, as RFC 7386 does. Keys whose value is
+ * undefined count as absent, as JSON.stringify treats them.
+ */
+export const mergePatchOf = (before: unknown, after: unknown): Json | undefined => {
+  if (!isObject(before) || !isObject(after)) {
+    return equal(before, after) ? undefined : (JSON.parse(JSON.stringify(after ?? null)) as Json)
+  }
+  const patch: { [key: string]: Json } = {}
+  for (const key of Object.keys(before)) {
+    if (before[key] !== undefined && after[key] === undefined) patch[key] = null
+  }
+  for (const key of Object.keys(after)) {
+    if (after[key] === undefined) continue
+    const sub = mergePatchOf(before[key], after[key])
+    if (sub !== undefined) patch[key] = sub
+  }
+  return Object.keys(patch).length === 0 ? undefined : patch
+}

@@ -1,0 +1,86 @@
+// Run bookkeeping: which of a check's restore Jobs are active or finished, which of them the status
+// has recorded, and which finished ones the history limits let go. Pure functions of the Jobs in the
+// cache and status.lastRun, so the rules (ADR 0004) are unit-tested without a cluster.
+//
+// status.lastRun is the record. A Job is recorded when it is lastRun's Job and lastRun holds its
+// result, or when it belongs to an older run than lastRun (created no later than lastRun started):
+// the hub records runs in creation order, so an older run was decided before lastRun began.
+import type { V1Job } from "@kubernetes/client-node"
+import type { LastRun } from "../api/backupcheck.ts"
+import { labelRun } from "../api/names.ts"
+
+export type JobPhase = "Active" | "Succeeded" | "Failed"
+
+const hasCondition = (job: V1Job, type: string) =>
+  job.status?.conditions?.some((c) => c.type === type && c.status === "True") ?? false
+
+/** Succeeded or Failed once the Job controller says so (the same conditions jobOutcome reads). */
+export const jobPhase = (job: V1Job): JobPhase =>
+  hasCondition(job, "Complete") || hasCondition(job, "SuccessCriteriaMet")
+    ? "Succeeded"
+    : hasCondition(job, "Failed") || hasCondition(job, "FailureTarget")
+      ? "Failed"
+      : "Active"
+
+/** The run a Job belongs to (its fleetcheck.io/run label; run ids are short, so never hashed). */
+export const runIDOf = (job: V1Job): string | undefined => job.metadata?.labels?.[labelRun]
+
+/** creationTimestamp in ms (1 s resolution; 0 when absent). */
+export const createdAt = (job: V1Job): number =>
+  Date.parse(String(job.metadata?.creationTimestamp ?? "")) || 0
+
+const revision = (job: V1Job) => Number(job.metadata?.resourceVersion ?? 0) || 0
+
+/** Oldest first: creation time, then resourceVersion (etcd's revision) for ties within a second. */
+export const oldestFirst = (a: V1Job, b: V1Job): number =>
+  createdAt(a) - createdAt(b) || revision(a) - revision(b)
+
+/** Whether the status (lastRun) holds this Job's result, or the Job belongs to a run older than lastRun. */
+export const isRecorded = (lastRun: LastRun | undefined, job: V1Job): boolean => {
+  if (lastRun === undefined) return false
+  if (runIDOf(job) === lastRun.runID) return lastRun.result !== "Running"
+  return createdAt(job) <= Date.parse(lastRun.startTime)
+}
+
+/**
+ * The Jobs of runs newer than lastRun, oldest first: created by a hub whose status write was lost, or
+ * by another hub whose write this cache has not seen yet. lastRun's own Job is not among them.
+ */
+export const newerRuns = (lastRun: LastRun | undefined, jobs: ReadonlyArray<V1Job>): V1Job[] =>
+  jobs
+    .filter(
+      (job) => runIDOf(job) !== undefined && runIDOf(job) !== lastRun?.runID && !isRecorded(lastRun, job),
+    )
+    .sort(oldestFirst)
+
+export interface HistoryLimits {
+  readonly successfulRunsHistoryLimit: number
+  readonly failedRunsHistoryLimit: number
+}
+
+/**
+ * The finished Jobs to delete: beyond the newest N succeeded and M failed ones, and only among Jobs
+ * whose result `recordedLastRun` already holds. Callers pass lastRun as the cache shows it, not as the
+ * reconcile is about to write it: with a limit of 0 a Job is deleted only once its verdict is visible
+ * in the cached BackupCheck, so a reconcile reading a stale check never finds a Running run without
+ * its Job. Active Jobs are never touched; lastRun's Job counts as the newest of its kind.
+ */
+export const jobsToPrune = (
+  recordedLastRun: LastRun | undefined,
+  jobs: ReadonlyArray<V1Job>,
+  limits: HistoryLimits,
+): V1Job[] => {
+  const current = (job: V1Job) =>
+    recordedLastRun !== undefined && runIDOf(job) === recordedLastRun.runID ? 1 : 0
+  const newestFirst = [...jobs].sort((a, b) => current(b) - current(a) || oldestFirst(b, a))
+  const keep = { Succeeded: limits.successfulRunsHistoryLimit, Failed: limits.failedRunsHistoryLimit }
+  const seen = { Succeeded: 0, Failed: 0 }
+  const prune: V1Job[] = []
+  for (const job of newestFirst) {
+    const phase = jobPhase(job)
+    if (phase === "Active" || job.metadata?.deletionTimestamp || !isRecorded(recordedLastRun, job)) continue
+    seen[phase]++
+    if (seen[phase] > keep[phase]) prune.push(job)
+  }
+  return prune
+}
