@@ -1,35 +1,50 @@
 // The BackupCheck reconciler: level-triggered and idempotent, keyed by (cluster, namespace, name), with
 // the anatomy of the seed article. It reads the whole desired state from the member's caches every
 // time; deterministic Job names and optimistic concurrency make stale caches and two hubs harmless.
+// The run rules it applies are ADR 0004's; the pure parts live in schedule.ts, runs.ts, run-identity.ts.
 //
-//   NotFound                 → done
-//   deletionTimestamp        → delete this check's Jobs, drop the finalizer
-//   no finalizer             → add it
-//   invalid spec             → Verified=False/InvalidSpec, terminal (a spec edit brings it back)
-//   suspended                → Verified=Unknown/Suspended
-//   due run has no Job       → create it (AlreadyExists is success), RestoreRunning
-//   Job still running        → requeue after the poll interval (Job events usually come first)
-//   Job finished             → write the verdict, prune history, requeue at the next run or staleness deadline
+//   NotFound                          → done
+//   deletionTimestamp                 → delete this check's Jobs, drop the finalizer
+//   no finalizer                      → add it
+//   invalid spec                      → Verified=False/InvalidSpec, terminal (a spec edit brings it back)
+//   runs not yet recorded             → record them first, oldest first: a finished Job's verdict; a
+//                                       Running run whose Job vanished → Failed/RestoreJobMissing
+//   suspended                         → Verified=Unknown/Suspended, no new run
+//   a new run is due, another active  → Forbid: wait (a scheduled slot that passes is skipped: Event
+//                                       RunSkipped); Replace: delete it, Failed/RunSuperseded, go on
+//   a new run is due                  → create its Job (AlreadyExists of our own Job is success; of a
+//                                       foreign one, Verified=False/NameConflict and backoff)
+//   run in flight                     → requeue after the poll interval (Job events usually come first)
+//   otherwise                         → staleness, prune recorded history, requeue at the next slot or
+//                                       staleness deadline
+// Status is written once per step that must be durable, as a merge patch of exactly what changed (null
+// removes a field), carrying the resourceVersion it was computed from: a converged reconcile sends
+// nothing, and a decision made from a stale cache fails with Conflict instead of landing.
 import type { V1Job, V1Pod } from "@kubernetes/client-node"
 import { Clock, Effect, Schema } from "effect"
 import {
   type BackupCheck,
   type BackupCheckStatus,
+  type ConditionReason,
   conditionReasons,
   conditionTypes,
+  eventReasons,
+  type LastRun,
   parseBackupCheck,
 } from "../api/backupcheck.ts"
-import { type Condition, findCondition, setStatusCondition } from "../api/condition.ts"
-import { finalizerName } from "../api/names.ts"
+import { type Condition, findCondition, setStatusCondition, toKubeTime } from "../api/condition.ts"
+import { finalizerName, reportingController } from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
 import type { StoreView } from "../engine/informer/store.ts"
-import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
-import { backupChecks, jobs, pathOf, pods } from "../kube/resources.ts"
+import { isAlreadyExists, isConflict, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
+import { backupChecks, events, jobs, pathOf, pods } from "../kube/resources.ts"
 import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
-import { renderRestoreJob } from "./restore-job.ts"
-import { jobNameFor, traceparentFor } from "./run-identity.ts"
+import { mergePatchOf } from "./merge-patch.ts"
+import { annotationSpecHash, renderRestoreJob } from "./restore-job.ts"
+import { jobNameFor, runIDForGeneration, specHashFor, traceparentFor } from "./run-identity.ts"
+import { createdAt, jobPhase, jobsToPrune, newerRuns, runIDOf } from "./runs.ts"
 import { dueRun } from "./schedule.ts"
 
 /** The Job cache must be indexed by the uid of each Job's controller owner under this name. */
@@ -42,13 +57,23 @@ export interface BackupCheckReconcilerOptions {
   readonly jobs: StoreView<V1Job>
   /** Backstop poll while a Job runs, in case a Job event is missed (the hub's configuration has the default). */
   readonly runningPollMs: number
+  /**
+   * A scheduled slot was skipped under concurrencyPolicy Forbid (also recorded as an Event on the
+   * check). Called once per slot per hub process, and not when another hub recorded it first.
+   */
+  readonly onRunSkipped: (namespace: string, name: string) => void
 }
 
-/** The API server refused a restore Job (RBAC, quota, admission, invalid template): retried with backoff. */
+/**
+ * The restore Job could not be created: the API server refused it (RBAC, quota, admission, invalid
+ * template; reason JobCreateFailed) or its name is taken by a Job this check does not control
+ * (NameConflict). Shown on the check; the controller retries with per-item exponential backoff.
+ */
 export class RestoreJobCreateError extends Schema.TaggedError<RestoreJobCreateError>()(
   "RestoreJobCreateError",
   {
     job: Schema.String,
+    reason: Schema.Literals([conditionReasons.JobCreateFailed, conditionReasons.NameConflict]),
     message: Schema.String,
   },
 ) {}
@@ -61,60 +86,81 @@ const jobPath = (namespace: string, name: string) => pathOf(jobs, { namespace, n
 const isRefusal = (e: unknown): e is KubeApiError =>
   e instanceof KubeApiError && [400, 403, 422].includes(e.status)
 
-const findVerified = (status: BackupCheckStatus) => findCondition(status.conditions, conditionTypes.Verified)
-
-const iso = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z")
-
 const ignoreNotFound = <A, R>(e: Effect.Effect<A, unknown, R>) =>
   e.pipe(Effect.catchIf(isNotFound, () => Effect.void))
 
+/** Verified reasons that are a run's verdict (about the spec hash of the run that set them). */
+const verdictReasons: ReadonlySet<string> = new Set<ConditionReason>([
+  conditionReasons.RestoreSucceeded,
+  conditionReasons.RestoreFailed,
+  conditionReasons.ChecksumMismatch,
+  conditionReasons.RestoreTimedOut,
+  conditionReasons.RestoreOOMKilled,
+  conditionReasons.RestoreJobMissing,
+  conditionReasons.RunSuperseded,
+  conditionReasons.VerificationStale,
+])
+const isVerdict = (c: Condition | undefined): c is Condition =>
+  c !== undefined && verdictReasons.has(c.reason)
+
+/** Verified states that say nothing about any run: a scheduled check proves itself once after them. */
+const noRunStates: ReadonlySet<string> = new Set<ConditionReason>([
+  conditionReasons.Suspended,
+  conditionReasons.InvalidSpec,
+  conditionReasons.AwaitingFirstRun,
+])
+
+const findVerified = (status: BackupCheckStatus) => findCondition(status.conditions, conditionTypes.Verified)
+
+const controlledBy = (job: V1Job, uid: string) =>
+  (job.metadata?.ownerReferences ?? []).some((r) => r.controller === true && r.uid === uid)
+
+const ownerOf = (job: V1Job) => {
+  const owner = job.metadata?.ownerReferences?.find((r) => r.controller === true)
+  return owner
+    ? `controlled by ${owner.kind} ${owner.name} (uid ${owner.uid})`
+    : "not controlled by any object"
+}
+
+/** events.k8s.io wants MicroTime: exactly six fractional digits. */
+const microTime = (ms: number) => new Date(ms).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z")
+
+/** A decided run: what is written to lastRun, and the verdict's reason and message. */
+interface Verdict {
+  readonly phase: "Succeeded" | "Failed"
+  readonly reason: string
+  readonly message: string
+  readonly completionTime: string | undefined
+}
+
 export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions) => {
-  const { client, cluster } = options
-  const { runningPollMs } = options
+  const { client, cluster, runningPollMs } = options
+  // Skipped slots already reported by this process, by check uid: one Event and one callback per slot.
+  const reportedSkips = new Map<string, string>()
 
   const patchMerge = (path: string, body: unknown) =>
     client.request<BackupCheck>({ method: "PATCH", path, body, contentType: "application/merge-patch+json" })
 
-  /** Writes status through the subresource, only when it changed; resourceVersion makes it a compare-and-swap. */
+  /**
+   * Writes the status through the subresource: the merge patch from what the check holds to `status`
+   * (nulls remove fields), with the check's resourceVersion, so a decision made from a stale cache
+   * fails with Conflict. Nothing is sent when nothing changed. Returns the check as written.
+   */
   const writeStatus = Effect.fnUntraced(function* (check: BackupCheck, status: BackupCheckStatus) {
-    if (JSON.stringify(status) === JSON.stringify(check.status ?? {})) return false
-    yield* patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "/status"), {
+    const patch = mergePatchOf(check.status ?? {}, status)
+    if (patch === undefined) return check
+    return yield* patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "status"), {
       metadata: { resourceVersion: check.metadata.resourceVersion },
-      status: { ...status, conditions: status.conditions ?? [] },
+      status: patch,
     })
-    return true
   })
-
-  const withVerified = (
-    check: BackupCheck,
-    status: BackupCheckStatus,
-    now: number,
-    // The reconciler owns exactly one condition type: Verified.
-    condition: Omit<Condition, "type" | "lastTransitionTime" | "observedGeneration">,
-  ): BackupCheckStatus => {
-    const { conditions } = setStatusCondition(
-      status.conditions ?? [],
-      {
-        type: conditionTypes.Verified,
-        ...condition,
-        observedGeneration: check.metadata.generation ?? 0,
-        lastTransitionTime: iso(now),
-      },
-      iso(now),
-    )
-    return { ...status, observedGeneration: check.metadata.generation ?? 0, conditions }
-  }
 
   const cleanup = Effect.fnUntraced(function* (check: BackupCheck) {
     if (!(check.metadata.finalizers ?? []).includes(finalizerName)) return {}
     const ns = check.metadata.namespace
     for (const job of options.jobs.byIndex(ownerUidIndex, check.metadata.uid)) {
-      yield* ignoreNotFound(
-        client.request({
-          method: "DELETE",
-          path: jobPath(ns, job.metadata?.name ?? ""),
-          body: { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Background" },
-        }),
+      yield* deleteJob(ns, job, { uid: job.metadata?.uid }).pipe(
+        Effect.catchIf(isConflict, () => Effect.void),
       )
     }
     yield* Effect.logInfo("deleted restore Jobs; removing finalizer")
@@ -129,77 +175,108 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     return {}
   })
 
-  const listPods = (ns: string, jobName: string) =>
+  /** Deletes a Job only if it is still the object the cache showed (preconditions); NotFound is done. */
+  const deleteJob = (
+    ns: string,
+    job: V1Job,
+    preconditions: { uid?: string | undefined; resourceVersion?: string },
+  ) =>
+    ignoreNotFound(
+      client.request({
+        method: "DELETE",
+        path: jobPath(ns, job.metadata?.name ?? ""),
+        body: { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Background", preconditions },
+      }),
+    )
+
+  /** A Job's own Pods, by the uid label the Job controller sets: an older Job of the same name has other Pods. */
+  const listPods = (ns: string, job: V1Job) =>
     client
       .request<{ items: V1Pod[] }>({
         method: "GET",
         path: pathOf(pods, { namespace: ns }),
-        query: { labelSelector: `batch.kubernetes.io/job-name=${jobName}` },
+        query: { labelSelector: `batch.kubernetes.io/controller-uid=${job.metadata?.uid ?? ""}` },
       })
       .pipe(Effect.map((l) => l.items ?? []))
 
-  /** Keeps the newest N succeeded and M failed Jobs of this check; never touches the one running now. */
-  const pruneHistory = Effect.fnUntraced(function* (check: BackupCheck, currentJob: string) {
-    // Newest first. creationTimestamp has one-second resolution and runs can start within one second,
-    // so ties go by resourceVersion (etcd's revision, increasing in practice); the run that was just
-    // decided always counts as the newest.
-    const rank = (j: V1Job) => (j.metadata?.name === currentJob ? 1 : 0)
-    const created = (j: V1Job) => new Date(j.metadata?.creationTimestamp ?? 0).getTime()
-    const revision = (j: V1Job) => Number(j.metadata?.resourceVersion ?? 0) || 0
-    const jobs = [...options.jobs.byIndex(ownerUidIndex, check.metadata.uid)].sort(
-      (a, b) => rank(b) - rank(a) || created(b) - created(a) || revision(b) - revision(a),
-    )
-    const keep = {
-      Succeeded: check.spec.successfulRunsHistoryLimit ?? 3,
-      Failed: check.spec.failedRunsHistoryLimit ?? 1,
-    }
-    const seen = { Succeeded: 0, Failed: 0 }
-    for (const job of jobs) {
-      const name = job.metadata?.name ?? ""
-      if (job.metadata?.deletionTimestamp) continue
-      const phase = job.status?.conditions?.some((c) => c.type === "Complete" && c.status === "True")
-        ? "Succeeded"
-        : job.status?.conditions?.some((c) => c.type === "Failed" && c.status === "True")
-          ? "Failed"
-          : undefined
-      if (!phase) continue
-      seen[phase]++
-      if (seen[phase] > keep[phase]) {
-        yield* ignoreNotFound(
-          client.request({
-            method: "DELETE",
-            path: jobPath(check.metadata.namespace, name),
-            body: { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Background" },
-          }),
-        )
-      }
-    }
-  })
+  /** The Job of that name as the API server has it now (LIST, which the hub's RBAC allows; GET it does not). */
+  const liveJob = (ns: string, name: string) =>
+    client
+      .request<{ items: V1Job[] }>({
+        method: "GET",
+        path: pathOf(jobs, { namespace: ns }),
+        query: { fieldSelector: `metadata.name=${name}` },
+      })
+      .pipe(Effect.map((l) => l.items?.[0]))
 
-  /** Verified=False once the last success is older than maxStaleness; returns when that will happen. */
-  const applyStaleness = (check: BackupCheck, status: BackupCheckStatus, now: number) => {
-    const maxStale = check.spec.maxStaleness ? parseDuration(check.spec.maxStaleness) : undefined
-    if (typeof maxStale !== "number") return { status, deadline: undefined }
-    const last = status.lastSuccessfulTime ? new Date(status.lastSuccessfulTime).getTime() : undefined
-    const verified = findVerified(status)
-    const since = last ?? new Date(check.metadata.creationTimestamp ?? now).getTime()
-    const deadline = since + maxStale
-    if (now < deadline) return { status, deadline }
-    if (verified?.status === "False" && verified.reason !== conditionReasons.VerificationStale) {
-      return { status, deadline: undefined } // already failing for a more specific reason
-    }
-    const message = last
-      ? `last successful restore ${iso(last)} is older than maxStaleness ${check.spec.maxStaleness}`
-      : `no successful restore within maxStaleness ${check.spec.maxStaleness} of creation`
-    return {
-      status: withVerified(check, status, now, {
-        status: "False",
-        reason: conditionReasons.VerificationStale,
-        message,
-      }),
-      deadline: undefined,
-    }
-  }
+  /** The verdict of a finished Job, from its conditions and its Pods' termination state. */
+  const readVerdict = (ns: string, job: V1Job, run: LastRun, backupName: string) =>
+    Effect.map(listPods(ns, job), (jobPods): Verdict => {
+      const outcome = jobOutcome(job, jobPods, { backupName, startedAt: run.startTime })
+      return outcome.phase === "Running"
+        ? {
+            phase: "Failed",
+            reason: conditionReasons.RestoreFailed,
+            message: "no result",
+            completionTime: undefined,
+          }
+        : outcome
+    })
+
+  /** Records the RunSkipped Event for a slot once; its deterministic name dedups hubs and restarts. */
+  const reportSkip = Effect.fnUntraced(function* (
+    check: BackupCheck,
+    slot: { readonly runID: string; readonly scheduledTime?: number | undefined },
+    blocking: LastRun,
+    now: number,
+  ) {
+    const uid = check.metadata.uid
+    if (reportedSkips.get(uid) === slot.runID) return
+    const ns = check.metadata.namespace
+    const slotTime = slot.scheduledTime === undefined ? slot.runID : toKubeTime(slot.scheduledTime)
+    const note = `scheduled run at ${slotTime} skipped: run ${blocking.runID} (Job ${blocking.jobName}) was still running (concurrencyPolicy Forbid)`
+    const created = yield* client
+      .request({
+        method: "POST",
+        path: pathOf(events, { namespace: ns }),
+        body: {
+          apiVersion: "events.k8s.io/v1",
+          kind: "Event",
+          metadata: { name: `${jobNameFor(check.metadata.name, slot.runID)}.skipped`, namespace: ns },
+          eventTime: microTime(now),
+          reportingController,
+          reportingInstance: `${reportingController}/${cluster}`.slice(0, 128),
+          action: "Schedule",
+          reason: eventReasons.RunSkipped,
+          type: "Warning",
+          note,
+          regarding: {
+            apiVersion: check.apiVersion,
+            kind: check.kind,
+            namespace: ns,
+            name: check.metadata.name,
+            uid,
+          },
+          related: { apiVersion: "batch/v1", kind: "Job", namespace: ns, name: blocking.jobName },
+        },
+      })
+      .pipe(
+        Effect.as(true),
+        Effect.catchIf(isAlreadyExists, () => Effect.succeed(false)),
+        Effect.catch((e) =>
+          Effect.logWarning("recording the RunSkipped Event failed").pipe(
+            Effect.annotateLogs({ run: slot.runID, error: String(e) }),
+            Effect.as(true),
+          ),
+        ),
+      )
+    if (reportedSkips.size >= 10_000) reportedSkips.clear()
+    reportedSkips.set(uid, slot.runID)
+    yield* Effect.logInfo("scheduled run skipped").pipe(
+      Effect.annotateLogs({ run: slot.runID, blockedBy: blocking.runID }),
+    )
+    if (created) options.onRunSkipped(ns, check.metadata.name)
+  })
 
   const requeueAt = (now: number, ...times: Array<number | undefined>): ReconcileResult => {
     const next = times
@@ -211,9 +288,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   return (req: ReconcileRequest): Effect.Effect<ReconcileResult, unknown> =>
     Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      let check = options.checks.get(`${req.namespace}/${req.name}`)
-      if (!check) return {}
-      if (check.metadata.deletionTimestamp) return yield* cleanup(check)
+      const cached = options.checks.get(`${req.namespace}/${req.name}`)
+      if (!cached) return {}
+      if (cached.metadata.deletionTimestamp) return yield* cleanup(cached)
+      /** The check as last read or written: every write carries its resourceVersion. */
+      let check: BackupCheck = cached
 
       if (!(check.metadata.finalizers ?? []).includes(finalizerName)) {
         check = yield* patchMerge(checkPath(req.namespace, req.name), {
@@ -223,14 +302,29 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           },
         })
       }
-      const status: BackupCheckStatus = check.status ?? {}
+      const generation = check.metadata.generation ?? 1
+      const ns = check.metadata.namespace
+      const uid = check.metadata.uid
+
+      /** Sets Verified (observedGeneration: this generation; lastTransitionTime only on a status change). */
+      const withVerified = (
+        status: BackupCheckStatus,
+        condition: Omit<Condition, "type" | "lastTransitionTime" | "observedGeneration">,
+      ): BackupCheckStatus => {
+        const { conditions } = setStatusCondition(
+          status.conditions ?? [],
+          { type: conditionTypes.Verified, ...condition, observedGeneration: generation },
+          toKubeTime(now),
+        )
+        return { ...status, observedGeneration: generation, conditions }
+      }
 
       const parsed = parseBackupCheck(check)
       if (!parsed.success) {
         const message = boundMessage(`invalid spec: ${parsed.error}`)
         yield* writeStatus(
           check,
-          withVerified(check, status, now, {
+          withVerified(check.status ?? {}, {
             status: "False",
             reason: conditionReasons.InvalidSpec,
             message,
@@ -238,191 +332,421 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         )
         return yield* new TerminalError({ message })
       }
-      const spec = parsed.data.spec
-      const ns = check.metadata.namespace
+      const valid = parsed.data
+      const spec = valid.spec
       const timeoutMs = parseDuration(spec.timeout)
       if (typeof timeoutMs !== "number") {
         // Unreachable after parseBackupCheck; the type says a duration may fail to parse, so say so.
         return yield* new TerminalError({ message: `invalid spec: spec.timeout: ${timeoutMs.error}` })
       }
+      const timeoutSeconds = Math.max(1, Math.ceil(timeoutMs / 1000))
+      // The cached status is the record and the base of every write; an invalid one (dropped by the
+      // parse with a warning) is replaced.
+      const recorded: BackupCheckStatus = parsed.data.status === undefined ? {} : (check.status ?? {})
+      const specHash = specHashFor(spec)
+      /** What a run verified; a run recorded before hashes existed is taken as this generation's if it was recorded for it. */
+      const hashOf = (run: LastRun | undefined) =>
+        run === undefined
+          ? undefined
+          : (run.specHash ?? (recorded.observedGeneration === generation ? specHash : undefined))
+
+      const owned = options.jobs.byIndex(ownerUidIndex, uid)
+      let next: BackupCheckStatus = { ...recorded }
+      /** Verdicts decided in this pass: logged, and given their verification span once written. */
+      const decided: Array<{ readonly run: LastRun; readonly verdict: Verdict }> = []
+
+      /**
+       * lastRun becomes `run`. Verified keeps a verdict only while lastRun verified the same spec: a run
+       * of another spec takes it back to Unknown (RestoreRunning while the run is in flight).
+       */
+      const setLastRun = (run: LastRun) => {
+        const previous = next.lastRun
+        next = { ...next, lastRun: run }
+        if (previous !== undefined && hashOf(previous) !== hashOf(run) && isVerdict(findVerified(next))) {
+          next = withVerified(next, {
+            status: "Unknown",
+            reason: conditionReasons.RestoreRunning,
+            message: `restore of ${spec.backup.name} for a changed spec is pending (run ${run.runID})`,
+          })
+        }
+      }
+      /** The run's result goes to lastRun; Verified follows it when the run verified the current spec. */
+      const recordVerdict = (run: LastRun, verdict: Verdict) => {
+        const completionTime = verdict.completionTime ?? toKubeTime(now)
+        setLastRun({ ...run, result: verdict.phase, completionTime })
+        if (verdict.phase === "Succeeded") next = { ...next, lastSuccessfulTime: completionTime }
+        if (hashOf(run) === specHash) {
+          next = withVerified(next, {
+            status: verdict.phase === "Succeeded" ? "True" : "False",
+            reason: verdict.reason,
+            message: verdict.message,
+          })
+        }
+        decided.push({ run, verdict })
+      }
+      const runningRecord = (job: V1Job, runID: string): LastRun => ({
+        jobName: job.metadata?.name ?? jobNameFor(check.metadata.name, runID),
+        runID,
+        startTime: job.metadata?.creationTimestamp ? toKubeTime(createdAt(job)) : toKubeTime(now),
+        result: "Running",
+        traceID: traceparentFor(uid, runID).traceID,
+        ...(job.metadata?.annotations?.[annotationSpecHash]
+          ? { specHash: job.metadata.annotations[annotationSpecHash] }
+          : {}),
+      })
+      /** observedGeneration on the status and on Verified: the generation this status describes. */
+      const finalize = (status: BackupCheckStatus): BackupCheckStatus => {
+        const verified = findVerified(status)
+        return verified
+          ? withVerified(status, {
+              status: verified.status,
+              reason: verified.reason,
+              message: verified.message,
+            })
+          : { ...status, observedGeneration: generation }
+      }
+      /** Writes the status; verdicts decided so far get their verification span once they are written. */
+      const write = Effect.fnUntraced(function* (status: BackupCheckStatus) {
+        check = yield* writeStatus(check, finalize(status))
+        for (const { run, verdict } of decided.splice(0)) yield* verificationSpan(run, verdict)
+      })
+      const verificationSpan = Effect.fnUntraced(function* (run: LastRun, verdict: Verdict) {
+        yield* Effect.logInfo("restore finished").pipe(
+          Effect.annotateLogs({
+            job: run.jobName,
+            run: run.runID,
+            result: verdict.phase,
+            reason: verdict.reason,
+          }),
+        )
+        // The verification span covers the Job's lifetime inside the run's trace, next to the spans the
+        // restore tool emits under the same TRACEPARENT. Recorded once: by whoever wrote the verdict.
+        const parent = spanContextFromTraceparent(traceparentFor(uid, run.runID).traceparent)
+        const start = new Date(run.startTime)
+        const end = new Date(verdict.completionTime ?? toKubeTime(now))
+        if (!parent || Number.isNaN(start.getTime()) || Number.isNaN(end.getTime())) return
+        yield* recordSpan({
+          name: "verification",
+          parent,
+          startTime: start,
+          endTime: end < start ? start : end,
+          attributes: {
+            "k8s.cluster.name": cluster,
+            "k8s.namespace.name": ns,
+            "k8s.job.name": run.jobName,
+            "fleetcheck.check.name": check.metadata.name,
+            "fleetcheck.run.id": run.runID,
+            "fleetcheck.backup.name": spec.backup.name,
+            "fleetcheck.result": verdict.phase,
+            "fleetcheck.reason": verdict.reason,
+          },
+          ...(verdict.phase === "Failed" ? { error: `${verdict.reason}: ${verdict.message}` } : {}),
+        })
+      })
+      // Every reconcile that works on a run links to the run's own trace.
+      const linked = new Set<string>()
+      const linkRun = (runID: string) => {
+        if (linked.has(runID)) return Effect.void
+        linked.add(runID)
+        return linkToTraceparent(traceparentFor(uid, runID).traceparent, { "fleetcheck.run.id": runID })
+      }
+
+      // 1. Record what happened to runs the status does not hold yet, oldest first, before deciding
+      //    the next run: a run that ends after the next slot is never lost.
+      const current = next.lastRun
+      if (current?.result === "Running") {
+        yield* linkRun(current.runID)
+        const job = owned.find((j) => j.metadata?.name === current.jobName)
+        if (job !== undefined) {
+          if (jobPhase(job) !== "Active")
+            recordVerdict(current, yield* readVerdict(ns, job, current, spec.backup.name))
+        } else {
+          // Not in the cache: the Job informer may be behind the BackupCheck informer. Ask the API.
+          const live = yield* liveJob(ns, current.jobName)
+          if (live !== undefined && controlledBy(live, uid)) return { requeueAfterMs: 1000 }
+          recordVerdict(current, {
+            phase: "Failed",
+            reason: conditionReasons.RestoreJobMissing,
+            message: boundMessage(
+              live === undefined
+                ? `restore Job ${current.jobName} of run ${current.runID} disappeared before its result was read (deleted by hand or by another controller); it is not re-created`
+                : `restore Job ${current.jobName} of run ${current.runID} was replaced by a Job this check does not control (${ownerOf(live)})`,
+            ),
+            completionTime: undefined,
+          })
+        }
+      }
+      for (const job of newerRuns(next.lastRun, owned)) {
+        const runID = runIDOf(job)!
+        yield* linkRun(runID)
+        const run = runningRecord(job, runID)
+        if (jobPhase(job) === "Active") setLastRun(run)
+        else recordVerdict(run, yield* readVerdict(ns, job, run, spec.backup.name))
+      }
+
+      // 2. Decide the next run.
+      const active = owned.filter((j) => jobPhase(j) === "Active" && !j.metadata?.deletionTimestamp)
+      const prune = Effect.suspend(() =>
+        Effect.forEach(
+          jobsToPrune(recorded.lastRun, owned, spec),
+          (job) =>
+            deleteJob(ns, job, { uid: job.metadata?.uid }).pipe(
+              Effect.catchIf(isConflict, () => Effect.void),
+            ),
+          { discard: true },
+        ),
+      )
+      const inFlight = () => next.lastRun?.result === "Running"
 
       if (spec.suspend) {
-        const { nextRunTime: _dropped, ...rest } = status
-        yield* writeStatus(
-          check,
-          withVerified(check, rest, now, {
+        const { nextRunTime: _none, ...rest } = next
+        yield* write(
+          withVerified(rest, {
             status: "Unknown",
             reason: conditionReasons.Suspended,
             message: "verification is suspended",
           }),
         )
-        return {}
+        yield* prune
+        return inFlight() ? { requeueAfterMs: runningPollMs } : {}
       }
 
+      const last = next.lastRun
       const due = dueRun({
-        generation: check.metadata.generation ?? 1,
+        generation,
         schedule: spec.schedule,
         timeZone: spec.timeZone,
-        creationTime: new Date(check.metadata.creationTimestamp ?? now).getTime(),
+        creationTime: Date.parse(check.metadata.creationTimestamp ?? "") || now,
+        lastRun: last,
+        concurrencyPolicy: spec.concurrencyPolicy,
         now,
       })
-      let next: BackupCheckStatus = { ...status }
-      if (due.nextRunTime !== undefined) next.nextRunTime = iso(due.nextRunTime)
-      else delete next.nextRunTime
+      if (due.nextRunTime !== undefined) next = { ...next, nextRunTime: toKubeTime(due.nextRunTime) }
+      else {
+        const { nextRunTime: _none, ...rest } = next
+        next = rest
+      }
+      // A scheduled check proves the current spec once right away when nothing speaks for it: no run
+      // of this spec, or a Verified that is about no run (suspended, invalid). Otherwise it follows the
+      // schedule, and a schedule edit alone starts nothing.
+      const verified = findVerified(next)
+      const covered =
+        last !== undefined &&
+        hashOf(last) === specHash &&
+        (last.result === "Running" || (verified !== undefined && !noRunStates.has(verified.reason)))
+      const generationRun = runIDForGeneration(generation)
+      const target =
+        spec.schedule !== undefined && !covered && last?.runID !== generationRun
+          ? { runID: generationRun }
+          : due.run
 
-      // A scheduled check proves itself once right away instead of staying Unknown until its first slot;
-      // until a slot has run, a spec change is verified right away too.
-      const initialRun =
-        !due.run && (status.lastRun === undefined || status.lastRun.runID.startsWith("g"))
-          ? { runID: `g${check.metadata.generation ?? 1}` }
-          : undefined
-      if (!due.run && !initialRun) {
-        // Scheduled, and nothing is due yet since creation.
-        const waiting = findVerified(status)
-          ? next
-          : withVerified(check, next, now, {
-              status: "Unknown",
-              reason: conditionReasons.AwaitingFirstRun,
-              message: `first scheduled run at ${next.nextRunTime ?? "an unknown time"}`,
+      if (target !== undefined && target.runID !== last?.runID) {
+        const jobName = jobNameFor(check.metadata.name, target.runID)
+        const { traceparent } = traceparentFor(uid, target.runID)
+        yield* linkRun(target.runID)
+        const blocking = active.filter((j) => j.metadata?.name !== jobName)
+        if (blocking.length > 0 && spec.concurrencyPolicy === "Forbid") {
+          // The new run waits for the active one (its verdict is recorded when it ends).
+          yield* write(applyStaleness(awaitingRun(next, target.runID)).status)
+          yield* prune
+          return { requeueAfterMs: runningPollMs }
+        }
+        if (blocking.length > 0) {
+          // Replace: only the Jobs the cache showed, as it showed them; one that changed meanwhile
+          // (finished, say) fails the precondition and is reconsidered on the retry.
+          for (const job of blocking) {
+            yield* deleteJob(ns, job, {
+              uid: job.metadata?.uid,
+              ...(job.metadata?.resourceVersion ? { resourceVersion: job.metadata.resourceVersion } : {}),
             })
-        const stale = applyStaleness(check, waiting, now)
-        yield* writeStatus(check, stale.status)
-        return requeueAt(now, due.nextRunTime, stale.deadline)
-      }
-
-      const run = (due.run ?? initialRun)!
-      const jobName = jobNameFor(check.metadata.name, run.runID)
-      const { traceID, traceparent } = traceparentFor(check.metadata.uid, run.runID)
-      // Every reconcile that works on a run links to the run's own trace.
-      yield* linkToTraceparent(traceparent, { "fleetcheck.run.id": run.runID })
-      const recorded = status.lastRun?.runID === run.runID ? status.lastRun : undefined
-      // A run whose verdict is recorded is finished, whether or not its Job still exists (history
-      // limits prune Jobs): the status is the record. Converged reconciles end here without API calls.
-      if (recorded && recorded.result !== "Running") {
-        const stale = applyStaleness(check, next, now)
-        yield* writeStatus(check, stale.status)
-        // Level-triggered history: only deletes when the cache holds more finished Jobs than allowed.
-        yield* pruneHistory(check, jobName)
-        return requeueAt(now, due.nextRunTime, stale.deadline)
-      }
-
-      let job = options.jobs
-        .byIndex(ownerUidIndex, check.metadata.uid)
-        .find((j) => j.metadata?.name === jobName)
-      if (!job) {
-        const rendered = renderRestoreJob({
-          cluster,
-          check: parsed.data,
-          jobName,
-          runID: run.runID,
-          timeoutSeconds: Math.max(1, Math.ceil(timeoutMs / 1000)),
-          traceparent,
-        })
-        const created = yield* client
-          .request<V1Job>({ method: "POST", path: pathOf(jobs, { namespace: ns }), body: rendered })
-          .pipe(
-            Effect.map((j) => ({ job: j as V1Job | undefined, error: undefined as string | undefined })),
-            Effect.catchIf(isAlreadyExists, () => Effect.succeed({ job: undefined, error: undefined })),
-            Effect.catchIf(isRefusal, (e) => Effect.succeed({ job: undefined, error: e.message })),
-          )
-        if (created.error !== undefined) {
-          // The API refused the Job (RBAC, quota, admission, invalid template): say so on the check and retry with backoff.
-          yield* writeStatus(
-            check,
-            withVerified(check, next, now, {
-              status: "False",
-              reason: conditionReasons.JobCreateFailed,
-              message: boundMessage(`creating restore Job ${jobName}: ${created.error}`),
+          }
+          const superseded = next.lastRun
+          if (
+            superseded?.result === "Running" &&
+            blocking.some((j) => j.metadata?.name === superseded.jobName)
+          ) {
+            recordVerdict(superseded, {
+              phase: "Failed",
+              reason: conditionReasons.RunSuperseded,
+              message: `run ${superseded.runID} was superseded by run ${target.runID} before it finished (concurrencyPolicy Replace)`,
+              completionTime: undefined,
+            })
+          }
+          yield* Effect.logInfo("superseded active restore Jobs").pipe(
+            Effect.annotateLogs({
+              run: target.runID,
+              superseded: blocking.map((j) => j.metadata?.name).join(","),
             }),
           )
-          return yield* new RestoreJobCreateError({ job: jobName, message: created.error })
         }
-        if (created.job) {
-          yield* Effect.logInfo("created restore Job").pipe(
-            Effect.annotateLogs({ job: jobName, run: run.runID }),
-          )
+        // What was decided is written before the new run starts.
+        if (decided.length > 0 || blocking.length > 0) yield* write(next)
+
+        const keepVerdict = isVerdict(findVerified(next)) && hashOf(next.lastRun) === specHash
+        let job = owned.find((j) => j.metadata?.name === jobName)
+        if (job !== undefined && !controlledBy(job, uid)) job = undefined
+        if (job === undefined) {
+          const conflict = options.jobs.get(`${ns}/${jobName}`)
+          job =
+            conflict !== undefined && !controlledBy(conflict, uid)
+              ? yield* nameConflict(conflict)
+              : yield* createJob(jobName, target.runID, traceparent)
         }
-        job = created.job
+        const run = runningRecord(job, target.runID)
+        if (jobPhase(job) !== "Active") recordVerdict(run, yield* readVerdict(ns, job, run, spec.backup.name))
+        else {
+          setLastRun(run)
+          if (!keepVerdict) {
+            // A new spec is not verified by an older run; a scheduled re-run of the same spec keeps the
+            // last verdict meanwhile (ADR 0004).
+            next = withVerified(next, {
+              status: "Unknown",
+              reason: conditionReasons.RestoreRunning,
+              message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
+            })
+          }
+        }
+        yield* write(applyStaleness(next).status)
+        return requeueAt(now, now + runningPollMs - 500, due.nextRunTime)
       }
 
-      if (!recorded) {
-        const startTime = job?.metadata?.creationTimestamp
-          ? iso(new Date(job.metadata.creationTimestamp).getTime())
-          : iso(now)
-        next.lastRun = { jobName, runID: run.runID, startTime, result: "Running", traceID }
-        const verified = findVerified(status)
-        // A new spec generation is not verified by an older run; a scheduled re-run keeps the last verdict meanwhile.
-        const stillMeaningful = verified && verified.status !== "Unknown" && spec.schedule !== undefined
-        if (!stillMeaningful) {
-          next = withVerified(check, next, now, {
-            status: "Unknown",
-            reason: conditionReasons.RestoreRunning,
-            message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
-          })
+      // 3. Nothing to start: a run is in flight, or the next one is not due yet.
+      if (due.skipped !== undefined && last !== undefined) {
+        // Reported while the blocking run is active, or in the pass that recorded its end; a converged
+        // check sends nothing.
+        if (last.result === "Running" || decided.some((d) => d.run.runID === last.runID)) {
+          yield* reportSkip(check, due.skipped, last, now)
         }
-        next = { ...next, observedGeneration: check.metadata.generation ?? 0 }
-        yield* writeStatus(check, next)
-        return { requeueAfterMs: runningPollMs }
       }
+      next = awaitingRun(next, undefined)
+      if (last === undefined && findVerified(next) === undefined) {
+        next = withVerified(next, {
+          status: "Unknown",
+          reason: conditionReasons.AwaitingFirstRun,
+          message: `first scheduled run at ${next.nextRunTime ?? "an unknown time"}`,
+        })
+      }
+      const stale = applyStaleness(next)
+      yield* write(stale.status)
+      yield* prune
+      return inFlight()
+        ? requeueAt(now, now + runningPollMs - 500, due.nextRunTime)
+        : requeueAt(now, due.nextRunTime, stale.deadline)
 
-      if (!job) return { requeueAfterMs: 1000 } // created by someone else moments ago; the cache will catch up
-      const pods =
-        (job.status?.succeeded ?? 0) + (job.status?.failed ?? 0) > 0 || job.status?.conditions?.length
-          ? yield* listPods(ns, jobName)
-          : []
-      const outcome = jobOutcome(job, pods, { backupName: spec.backup.name, startedAt: recorded.startTime })
-      if (outcome.phase === "Running") {
-        yield* writeStatus(check, applyStaleness(check, next, now).status)
-        return { requeueAfterMs: runningPollMs }
-      }
-      next.lastRun = {
-        ...recorded,
-        result: outcome.phase,
-        ...(outcome.completionTime ? { completionTime: outcome.completionTime } : {}),
-      }
-      if (outcome.phase === "Succeeded") next.lastSuccessfulTime = outcome.completionTime ?? iso(now)
-      next = withVerified(check, next, now, {
-        status: outcome.phase === "Succeeded" ? "True" : "False",
-        reason: outcome.reason,
-        message: outcome.message,
-      })
-      const stale = applyStaleness(check, next, now)
-      const wrote = yield* writeStatus(check, stale.status)
-      if (wrote) {
-        yield* Effect.logInfo("restore finished").pipe(
-          Effect.annotateLogs({
-            job: jobName,
-            run: run.runID,
-            result: outcome.phase,
-            reason: outcome.reason,
+      /** Verified=False once the last success is older than maxStaleness; returns when that will happen. */
+      function applyStaleness(status: BackupCheckStatus) {
+        const maxStale = spec.maxStaleness ? parseDuration(spec.maxStaleness) : undefined
+        if (typeof maxStale !== "number") return { status, deadline: undefined }
+        const lastSuccess = status.lastSuccessfulTime ? Date.parse(status.lastSuccessfulTime) : undefined
+        const since = lastSuccess ?? (Date.parse(check.metadata.creationTimestamp ?? "") || now)
+        const deadline = since + maxStale
+        if (now < deadline) return { status, deadline }
+        const current = findVerified(status)
+        if (current?.status === "False" && current.reason !== conditionReasons.VerificationStale) {
+          return { status, deadline: undefined } // already failing for a more specific reason
+        }
+        const message = lastSuccess
+          ? `last successful restore ${toKubeTime(lastSuccess)} is older than maxStaleness ${spec.maxStaleness}`
+          : `no successful restore within maxStaleness ${spec.maxStaleness} of creation`
+        return {
+          status: withVerified(status, {
+            status: "False",
+            reason: conditionReasons.VerificationStale,
+            message,
           }),
-        )
-        // The verification span covers the Job's lifetime inside the run's trace, next to the spans the
-        // restore tool emits under the same TRACEPARENT. Recorded once: by whoever wrote the verdict.
-        const parent = spanContextFromTraceparent(traceparent)
-        const start = new Date(recorded.startTime)
-        const end = new Date(outcome.completionTime ?? iso(now))
-        if (parent && !Number.isNaN(start.getTime()) && !Number.isNaN(end.getTime())) {
-          yield* recordSpan({
-            name: "verification",
-            parent,
-            startTime: start,
-            endTime: end < start ? start : end,
-            attributes: {
-              "k8s.cluster.name": cluster,
-              "k8s.namespace.name": ns,
-              "k8s.job.name": jobName,
-              "fleetcheck.check.name": check.metadata.name,
-              "fleetcheck.run.id": run.runID,
-              "fleetcheck.backup.name": spec.backup.name,
-              "fleetcheck.result": outcome.phase,
-              "fleetcheck.reason": outcome.reason,
-            },
-            ...(outcome.phase === "Failed" ? { error: `${outcome.reason}: ${outcome.message}` } : {}),
-          })
+          deadline: undefined,
         }
       }
-      yield* pruneHistory(check, jobName)
-      return requeueAt(now, due.nextRunTime, stale.deadline)
+
+      /**
+       * Verified while no new run starts. A verdict about another spec than the current one goes back
+       * to Unknown; a run in flight without a verdict for this spec says RestoreRunning.
+       */
+      function awaitingRun(status: BackupCheckStatus, waitingRunID: string | undefined): BackupCheckStatus {
+        const last = status.lastRun
+        if (last === undefined) return status
+        const verified = findVerified(status)
+        const aboutThisSpec = hashOf(last) === specHash
+        const running = last.result === "Running"
+        if (aboutThisSpec && (isVerdict(verified) || !running)) return status
+        if (!aboutThisSpec && !running && !isVerdict(verified)) return status
+        return withVerified(status, {
+          status: "Unknown",
+          reason: conditionReasons.RestoreRunning,
+          message: !running
+            ? `restore of ${spec.backup.name} for this spec has not run yet`
+            : aboutThisSpec
+              ? `restore of ${spec.backup.name} is running (Job ${last.jobName})`
+              : `run ${last.runID} of the previous spec is still running; ${spec.backup.name} is verified ${waitingRunID ? `by run ${waitingRunID} ` : ""}when it ends`,
+        })
+      }
+
+      /** POSTs the run's Job. AlreadyExists of our own Job is success; of a foreign one, NameConflict. */
+      function createJob(jobName: string, runID: string, traceparent: string) {
+        return Effect.gen(function* () {
+          const rendered = renderRestoreJob({
+            cluster,
+            check: valid,
+            jobName,
+            runID,
+            timeoutSeconds,
+            traceparent,
+            specHash,
+          })
+          const created = yield* client
+            .request<V1Job>({ method: "POST", path: pathOf(jobs, { namespace: ns }), body: rendered })
+            .pipe(
+              Effect.map((job) => ({ job, refused: undefined })),
+              Effect.catchIf(isAlreadyExists, () => Effect.succeed({ job: undefined, refused: undefined })),
+              Effect.catchIf(isRefusal, (e) => Effect.succeed({ job: undefined, refused: e.message })),
+            )
+          if (created.refused !== undefined) {
+            // The API refused the Job (RBAC, quota, admission, invalid template): say so, retry with backoff.
+            const message = boundMessage(`creating restore Job ${jobName}: ${created.refused}`)
+            yield* write(
+              withVerified(next, { status: "False", reason: conditionReasons.JobCreateFailed, message }),
+            )
+            return yield* new RestoreJobCreateError({
+              job: jobName,
+              reason: conditionReasons.JobCreateFailed,
+              message,
+            })
+          }
+          if (created.job !== undefined) {
+            yield* Effect.logInfo("created restore Job").pipe(
+              Effect.annotateLogs({ job: jobName, run: runID }),
+            )
+            return created.job
+          }
+          // AlreadyExists: ours (another hub, or our cache is behind), or someone else's.
+          const live = yield* liveJob(ns, jobName)
+          if (live === undefined) {
+            return yield* new RestoreJobCreateError({
+              job: jobName,
+              reason: conditionReasons.JobCreateFailed,
+              message: `restore Job ${jobName} was reported to exist, then was not found; retrying`,
+            })
+          }
+          return controlledBy(live, uid) ? live : yield* nameConflict(live)
+        })
+      }
+
+      /** The run's Job name is taken by a Job this check does not control: say so, and back off. */
+      function nameConflict(job: V1Job) {
+        return Effect.gen(function* () {
+          const name = job.metadata?.name ?? ""
+          const message = boundMessage(
+            `restore Job ${name} already exists and is not controlled by this BackupCheck (it is ${ownerOf(job)}); delete or rename that Job`,
+          )
+          yield* write(
+            withVerified(next, { status: "False", reason: conditionReasons.NameConflict, message }),
+          )
+          return yield* new RestoreJobCreateError({
+            job: name,
+            reason: conditionReasons.NameConflict,
+            message,
+          })
+        })
+      }
     })
 }

@@ -3,6 +3,7 @@
 // killed mid-run, an apiserver restart, and hostile input.
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { jobNameFor, runIDForTime, traceparentFor } from "../../src/reconcile/run-identity.ts"
 import { type RunningEngine, startEngine } from "../support/engine.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
@@ -43,6 +44,61 @@ const checkManifest = (name: string, o: CheckOptions = {}) => ({
 
 const checksPath = `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`
 const jobsPath = `/apis/batch/v1/namespaces/${ns}/jobs`
+const podsPath = `/api/v1/namespaces/${ns}/pods`
+const eventsPath = `/apis/events.k8s.io/v1/namespaces/${ns}/events`
+
+/** A restore Job made by hand, shaped as the hub makes them (owned and labelled unless told otherwise). */
+const handMadeJob = (
+  name: string,
+  annotations: Record<string, string>,
+  owner?: { readonly check: string; readonly uid: string; readonly runID: string },
+) => ({
+  apiVersion: "batch/v1",
+  kind: "Job",
+  metadata: {
+    name,
+    namespace: ns,
+    ...(owner
+      ? {
+          labels: { "fleetcheck.io/backupcheck": owner.check, "fleetcheck.io/run": owner.runID },
+          ownerReferences: [
+            {
+              apiVersion: "fleetcheck.io/v1alpha1",
+              kind: "BackupCheck",
+              name: owner.check,
+              uid: owner.uid,
+              controller: true,
+              blockOwnerDeletion: true,
+            },
+          ],
+        }
+      : {}),
+  },
+  spec: {
+    backoffLimit: 0,
+    template: {
+      metadata: { annotations },
+      spec: {
+        restartPolicy: "Never",
+        containers: [{ name: "restore", image: "registry.example/restore-tool:1.4" }],
+      },
+    },
+  },
+})
+
+const jobFinished = (job: any) =>
+  (job?.status?.conditions ?? []).some(
+    (c: any) => ["Complete", "Failed"].includes(c.type) && c.status === "True",
+  )
+
+/** Waits until the wall clock's second is within [from, to] (scheduled tests need room before a slot). */
+const waitForSecond = async (from: number, to: number) => {
+  while (true) {
+    const second = new Date().getUTCSeconds()
+    if (second >= from && second <= to) return
+    await sleep(250)
+  }
+}
 
 describe("BackupCheck controller on a real cluster", () => {
   let fleet: LocalFleet
@@ -85,7 +141,10 @@ describe("BackupCheck controller on a real cluster", () => {
     expect((await c.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
     // Created now, checked at the end: a schedule needs wall-clock minutes to show new runs.
     await create(
-      checkManifest("every-minute", { spec: { schedule: "* * * * *", timeZone: "Europe/Berlin" } }),
+      // A timeout longer than the schedule's shortest interval is refused (ADR 0004).
+      checkManifest("every-minute", {
+        spec: { schedule: "* * * * *", timeZone: "Europe/Berlin", timeout: "50s" },
+      }),
     )
     engine = await startEngine(c, { runningPollMs: 2_000 })
   })
@@ -102,6 +161,7 @@ describe("BackupCheck controller on a real cluster", () => {
       ["bad duration", (m) => (m.spec.timeout = "30 minutes"), /timeout/i],
       ["bad checksum", (m) => (m.spec.backup.checksum = "sha256:xyz"), /checksum/i],
       ["unknown field", (m) => (m.spec.surprise = true), /unknown field "spec.surprise"/i],
+      ["bad concurrencyPolicy", (m) => (m.spec.concurrencyPolicy = "Allow"), /concurrencyPolicy/],
     ]
     it.each(cases)("%s", async (_label, mutate, message) => {
       const m = checkManifest(`invalid-${Math.random().toString(36).slice(2, 8)}`)
@@ -399,6 +459,388 @@ describe("BackupCheck controller on a real cluster", () => {
       expect(j.metadata.labels["fleetcheck.io/backupcheck"].length).toBeLessThanOrEqual(63)
     }
     expect(engine?.engine.stats.panics).toBe(0)
+  })
+
+  const patch = async (name: string, body: unknown) => {
+    const res = await c.kubectl([
+      "patch",
+      "-n",
+      ns,
+      `backupcheck/${name}`,
+      "--type=merge",
+      "-p",
+      JSON.stringify(body),
+    ])
+    expect(res.code, res.stderr).toBe(0)
+  }
+  const jobsByRun = async (name: string) =>
+    new Map((await jobsOf(name)).map((j) => [j.metadata.labels["fleetcheck.io/run"] as string, j]))
+  const activeJobs = (jobs: any[]) => jobs.filter((j) => !jobFinished(j) && !j.metadata.deletionTimestamp)
+
+  /** Polls checks and their Jobs in the background and keeps every distinct state it saw. */
+  const recordStates = (names: ReadonlyArray<string>) => {
+    const states = new Map<string, Array<{ status: any; generation: number; jobs: any[] }>>(
+      names.map((n) => [n, []]),
+    )
+    let running = true
+    const loop = (async () => {
+      while (running) {
+        for (const name of names) {
+          try {
+            const [obj, jobs] = await Promise.all([get(name), jobsOf(name)])
+            const state = { status: obj?.status ?? {}, generation: obj?.metadata?.generation, jobs }
+            const seen = states.get(name)!
+            const key = (x: typeof state) =>
+              JSON.stringify([
+                x.status,
+                x.jobs.map((j) => [j.metadata.name, jobFinished(j), Boolean(j.metadata.deletionTimestamp)]),
+              ])
+            if (seen.length === 0 || key(seen[seen.length - 1]!) !== key(state)) seen.push(state)
+          } catch {
+            // a missed poll is only a missed sample
+          }
+        }
+        await sleep(250)
+      }
+    })()
+    return {
+      states: (name: string) => states.get(name) ?? [],
+      stop: async () => {
+        running = false
+        await loop
+      },
+    }
+  }
+
+  describe("scheduled runs never give a false green (wall-clock minutes)", () => {
+    // Created together between second 15 and 40 of a minute: a first run (g1) that hangs until its 50 s
+    // timeout is then still active when the next minute's slot comes.
+    const hang = { "fleetcheck.io/simulate": "hang" }
+    const every = { schedule: "* * * * *", timeout: "50s" }
+    let recorder: ReturnType<typeof recordStates>
+    let firstSlot = 0
+
+    beforeAll(async () => {
+      await waitForSecond(15, 40)
+      await Promise.all([
+        create(checkManifest("forbid", { annotations: hang, spec: every })),
+        create(
+          checkManifest("replace", { annotations: hang, spec: { ...every, concurrencyPolicy: "Replace" } }),
+        ),
+        create(checkManifest("respec", { spec: every })),
+        create(checkManifest("resched", { spec: { schedule: "0 0 1 1 *", timeout: "50s" } })),
+      ])
+      firstSlot = Math.ceil(Date.now() / 60_000) * 60_000
+      recorder = recordStates(["forbid", "replace", "respec", "resched"])
+    }, 90_000)
+
+    afterAll(async () => {
+      await recorder?.stop()
+      for (const name of ["forbid", "replace", "respec", "resched"])
+        await c.api("DELETE", `${checksPath}/${name}`)
+    })
+
+    it("Forbid: a slot that passes while a run is active is skipped (Event RunSkipped), and that run's failure is recorded", async () => {
+      const skipped = runIDForTime(firstSlot)
+      const following = runIDForTime(firstSlot + 60_000)
+      // The slot after the skipped one starts a new run once g1 has timed out.
+      await waitUntil(`run ${following} of forbid`, 150_000, async () =>
+        (await jobsByRun("forbid")).has(following),
+      )
+      const states = recorder.states("forbid")
+      for (const state of states) expect(activeJobs(state.jobs).length).toBeLessThanOrEqual(1)
+      expect((await jobsByRun("forbid")).has(skipped)).toBe(false)
+      // g1's verdict was recorded before the next run started.
+      const g1Failed = states.find(
+        (x) =>
+          x.status.lastRun?.runID === "g1" && x.status.lastRun.result === "Failed" && verified(x)?.reason,
+      )
+      expect(g1Failed, JSON.stringify(states.map((x) => x.status))).toBeTruthy()
+      expect(verified(g1Failed)).toMatchObject({ status: "False", reason: "RestoreTimedOut" })
+      const events = (await c.api("GET", eventsPath)).body.items as any[]
+      const skip = events.filter((e) => e.reason === "RunSkipped" && e.regarding?.name === "forbid")
+      expect(skip).toHaveLength(1)
+      expect(skip[0].type).toBe("Warning")
+      expect(skip[0].note).toMatch(/run g1 .*was still running \(concurrencyPolicy Forbid\)/)
+    })
+
+    it("Replace: the active run's Job is deleted and recorded as RunSuperseded, then the new run starts", async () => {
+      const slot = runIDForTime(firstSlot)
+      const states = await waitUntil("replace to supersede g1", 60_000, async () => {
+        const s = recorder.states("replace")
+        return s.some((x) => verified(x)?.reason === "RunSuperseded") &&
+          s.some((x) => x.status.lastRun?.runID === slot)
+          ? s
+          : undefined
+      })
+      const superseded = states.find((x) => verified(x)?.reason === "RunSuperseded")!
+      expect(verified(superseded).status).toBe("False")
+      expect(verified(superseded).message).toMatch(new RegExp(`run g1 was superseded by run ${slot}`))
+      const jobs = await jobsByRun("replace")
+      expect(jobs.has("g1")).toBe(false)
+      expect(jobs.has(slot)).toBe(true)
+      for (const state of states) expect(activeJobs(state.jobs).length).toBeLessThanOrEqual(1)
+    })
+
+    it("a new spec of a scheduled check is verified at once; Verified never stays True for a spec it did not verify", async () => {
+      await waitUntil("a scheduled run of respec to succeed", 150_000, async () => {
+        const o = await get("respec")
+        return o.status?.lastRun?.runID?.startsWith("s") && o.status.lastRun.result === "Succeeded"
+      })
+      await waitForSecond(5, 40)
+      await patch("respec", { spec: { backup: { name: "respec-2026-11-30" } } })
+      const obj = await waitUntil("run g2 of respec to succeed", 15_000, async () => {
+        const o = await get("respec")
+        return o.status?.lastRun?.runID === "g2" && o.status.lastRun.result === "Succeeded" ? o : undefined
+      })
+      expect(verified(obj)).toMatchObject({ status: "True", observedGeneration: 2 })
+      expect(obj.status.observedGeneration).toBe(2)
+      // Every state written for generation 2 before g2 ended said Unknown, never the old True.
+      const states = recorder.states("respec")
+      const firstGreen = states.find(
+        (x) => x.status.observedGeneration === 2 && verified(x)?.status === "True",
+      )
+      expect(firstGreen?.status.lastRun).toMatchObject({ runID: "g2", result: "Succeeded" })
+      for (const state of states) {
+        if (state.status.observedGeneration === 2 && state.status.lastRun?.result === "Running") {
+          expect(verified(state).status).toBe("Unknown")
+        }
+        if (verified(state) !== undefined) {
+          expect(verified(state).observedGeneration).toBe(state.status.observedGeneration)
+        }
+      }
+    })
+
+    it("a schedule edit does not fire a catch-up run", async () => {
+      // A run that started after the current minute's slot covers it, whatever the schedule says.
+      await waitForSecond(2, 30)
+      await patch("resched", { spec: { backup: { name: "resched-2026-11-30" } } })
+      await waitUntil("run g2 of resched to succeed", 15_000, async () => {
+        const o = await get("resched")
+        return o.status?.lastRun?.runID === "g2" && o.status.lastRun.result === "Succeeded"
+      })
+      await patch("resched", { spec: { schedule: "* * * * *" } })
+      const nextMinute = Math.ceil(Date.now() / 60_000) * 60_000
+      await sleep(5_000)
+      expect(Date.now()).toBeLessThan(nextMinute) // the check below is before the next slot
+      const obj = await get("resched")
+      expect(obj.metadata.generation).toBe(3)
+      expect(obj.status.lastRun).toMatchObject({ runID: "g2", result: "Succeeded" })
+      expect(obj.status.observedGeneration).toBe(3)
+      expect(verified(obj)).toMatchObject({ status: "True", observedGeneration: 3 })
+      expect(new Date(obj.status.nextRunTime).getTime()).toBe(nextMinute)
+      expect([...(await jobsByRun("resched")).keys()].sort()).toEqual(["g1", "g2"])
+    })
+  })
+
+  it("a run that ended after the next slot is recorded first: its failure turns Verified False although a later run is due", async () => {
+    await engine?.stop()
+    engine = undefined
+    // A check whose runs succeed after 15 s, and, by hand, the state an engine leaves when it stops
+    // mid-run: Verified=True from an earlier run, lastRun g1 Running, and g1's Job failing. Created
+    // well before a slot, so g1 ends before it.
+    await waitForSecond(5, 40)
+    const obj = await create(
+      checkManifest("late", {
+        annotations: { "fleetcheck.io/simulate-delay": "15s" },
+        spec: { schedule: "* * * * *", timeout: "50s" },
+      }),
+    )
+    const jobName = jobNameFor("late", "g1")
+    const made = await c.api(
+      "POST",
+      jobsPath,
+      handMadeJob(
+        jobName,
+        { "fleetcheck.io/simulate": "fail", "fleetcheck.io/simulate-message": "late failure" },
+        { check: "late", uid: obj.metadata.uid, runID: "g1" },
+      ),
+    )
+    expect(made.status, JSON.stringify(made.body)).toBe(201)
+    const at = new Date().toISOString().replace(/\.\d+Z$/, "Z")
+    const withStatus = {
+      ...obj,
+      status: {
+        observedGeneration: obj.metadata.generation,
+        conditions: [
+          {
+            type: "Verified",
+            status: "True",
+            reason: "RestoreSucceeded",
+            message: "an earlier run",
+            lastTransitionTime: at,
+            observedGeneration: obj.metadata.generation,
+          },
+        ],
+        lastRun: {
+          jobName,
+          runID: "g1",
+          startTime: made.body.metadata.creationTimestamp,
+          result: "Running",
+          traceID: traceparentFor(obj.metadata.uid, "g1").traceID,
+        },
+      },
+    }
+    const put = await c.api("PUT", `${checksPath}/late/status`, withStatus)
+    expect(put.status, JSON.stringify(put.body)).toBe(200)
+    // g1 fails, and a slot passes, while no engine runs.
+    const slot = Math.ceil(Date.now() / 60_000) * 60_000
+    await waitUntil("g1 to fail", 30_000, async () =>
+      jobFinished((await c.api("GET", `${jobsPath}/${jobName}`)).body),
+    )
+    await sleep(Math.max(0, slot - Date.now()) + 1_000)
+
+    engine = await startEngine(c, { runningPollMs: 2_000 })
+    const failed = await waitUntil("the late failure to show", 20_000, async () => {
+      const o = await get("late")
+      return verified(o)?.reason === "RestoreFailed" ? o : undefined
+    })
+    expect(verified(failed)).toMatchObject({
+      status: "False",
+      message: expect.stringMatching(/late failure/),
+    })
+    expect(failed.status.lastSuccessfulTime).toBeUndefined()
+    // The slot's run then starts, and its own success is what turns Verified True again.
+    const done = await waitVerdict("late", "True", 60_000)
+    expect(done.status.lastRun).toMatchObject({ runID: runIDForTime(slot), result: "Succeeded" })
+    await c.api("DELETE", `${checksPath}/late`)
+  })
+
+  it("a Running run whose Job vanished is Failed/RestoreJobMissing and is not re-created", async () => {
+    await create(checkManifest("vanish", { annotations: { "fleetcheck.io/simulate": "hang" } }))
+    const running = await waitUntil("vanish to run", 30_000, async () => {
+      const o = await get("vanish")
+      return o.status?.lastRun?.result === "Running" && (await jobsOf("vanish")).length === 1 ? o : undefined
+    })
+    const del = await c.api("DELETE", `${jobsPath}/${running.status.lastRun.jobName}`, {
+      propagationPolicy: "Background",
+    })
+    expect(del.status).toBeLessThan(300)
+    const obj = await waitVerdict("vanish", "False", 30_000)
+    expect(verified(obj).reason).toBe("RestoreJobMissing")
+    expect(verified(obj).message).toMatch(/disappeared before its result was read.*not re-created/)
+    expect(obj.status.lastRun).toMatchObject({ runID: "g1", result: "Failed" })
+    await sleep(4_000)
+    expect((await jobsOf("vanish")).filter((j) => !j.metadata.deletionTimestamp)).toHaveLength(0)
+    expect(verified(await get("vanish")).reason).toBe("RestoreJobMissing")
+  })
+
+  it("drops the template's ttlSecondsAfterFinished: the hub decides when a Job goes", async () => {
+    const m: any = checkManifest("ttl")
+    m.spec.jobTemplate.spec.ttlSecondsAfterFinished = 0
+    await create(m)
+    await waitVerdict("ttl", "True")
+    await sleep(3_000)
+    const jobs = await jobsOf("ttl")
+    expect(jobs).toHaveLength(1)
+    expect(jobs[0].spec.ttlSecondsAfterFinished).toBeUndefined()
+  })
+
+  it("a history limit of 0 deletes the Job after its verdict is recorded, and never re-creates it", async () => {
+    await create(checkManifest("nohistory", { spec: { successfulRunsHistoryLimit: 0 } }))
+    const seen = new Set<string>()
+    await waitUntil("the Job to be recorded, then deleted", 60_000, async () => {
+      for (const j of await jobsOf("nohistory")) seen.add(j.metadata.uid)
+      const o = await get("nohistory")
+      return verified(o)?.status === "True" && seen.size > 0 && (await jobsOf("nohistory")).length === 0
+    })
+    await sleep(3_000)
+    for (const j of await jobsOf("nohistory")) seen.add(j.metadata.uid)
+    expect(seen.size).toBe(1)
+    expect(await jobsOf("nohistory")).toHaveLength(0)
+    expect((await get("nohistory")).status.lastRun).toMatchObject({ runID: "g1", result: "Succeeded" })
+  })
+
+  it("a Job name taken by a Job the check does not control is NameConflict, retried with backoff", async () => {
+    const jobName = jobNameFor("taken", "g1")
+    const foreign = await c.api("POST", jobsPath, handMadeJob(jobName, { "fleetcheck.io/simulate": "hang" }))
+    expect(foreign.status).toBe(201)
+    await create(checkManifest("taken"))
+    const obj = await waitUntil("NameConflict", 30_000, async () => {
+      const o = await get("taken")
+      return verified(o)?.reason === "NameConflict" ? o : undefined
+    })
+    expect(verified(obj).status).toBe("False")
+    expect(verified(obj).message).toMatch(
+      new RegExp(`restore Job ${jobName} already exists and is not controlled by this BackupCheck`),
+    )
+    // Rate-limited retries (per-item exponential backoff), not a POST per second.
+    await sleep(4_000)
+    const before = engine?.engine.queue.numRequeues(`${ns}/taken`) ?? 0
+    await sleep(5_000)
+    const after = engine?.engine.queue.numRequeues(`${ns}/taken`) ?? 0
+    expect(before).toBeGreaterThan(0)
+    expect(after - before).toBeLessThanOrEqual(2)
+    expect((await c.api("GET", `${jobsPath}/${jobName}`)).body.metadata.uid).toBe(foreign.body.metadata.uid)
+    await c.api("DELETE", `${checksPath}/taken`)
+    await c.api("DELETE", `${jobsPath}/${jobName}`, { propagationPolicy: "Background" })
+  })
+
+  it("reads a Job's own Pods (by controller uid), not those of an earlier Job with the same name", async () => {
+    // An earlier Job named like podsel's first run left a failed Pod behind (orphaned on delete).
+    const jobName = jobNameFor("podsel", "g1")
+    const earlier = {
+      "fleetcheck.io/simulate": "fail",
+      "fleetcheck.io/simulate-exit-code": "3",
+      "fleetcheck.io/simulate-message": "stale pod of an earlier Job",
+    }
+    expect((await c.api("POST", jobsPath, handMadeJob(jobName, earlier))).status).toBe(201)
+    await waitUntil("the earlier Job to fail", 30_000, async () =>
+      jobFinished((await c.api("GET", `${jobsPath}/${jobName}`)).body),
+    )
+    await c.api("DELETE", `${jobsPath}/${jobName}`, { propagationPolicy: "Orphan" })
+    await waitUntil("the earlier Job to be gone", 30_000, async () => {
+      return (await c.api("GET", `${jobsPath}/${jobName}`)).status === 404
+    })
+    const orphans = (
+      await c.api(
+        "GET",
+        `${podsPath}?labelSelector=${encodeURIComponent(`batch.kubernetes.io/job-name=${jobName}`)}`,
+      )
+    ).body.items
+    expect(orphans.length).toBeGreaterThan(0)
+
+    await create(
+      checkManifest("podsel", { annotations: { "fleetcheck.io/simulate-message": "fresh pod ok" } }),
+    )
+    const obj = await waitVerdict("podsel", "True")
+    expect(verified(obj)).toMatchObject({ reason: "RestoreSucceeded", message: "fresh pod ok" })
+  })
+
+  it("status writes remove fields: nextRunTime on suspend and without a schedule, completionTime of a new run", async () => {
+    await create(
+      checkManifest("fields", {
+        annotations: { "fleetcheck.io/simulate-delay": "3s" },
+        spec: { schedule: "0 0 1 1 *" },
+      }),
+    )
+    const first = await waitVerdict("fields", "True")
+    expect(first.status.nextRunTime).toBeTruthy()
+    expect(first.status.lastRun.completionTime).toBeTruthy()
+    await patch("fields", { spec: { suspend: true } })
+    const suspended = await waitUntil("Suspended", 15_000, async () => {
+      const o = await get("fields")
+      return verified(o)?.reason === "Suspended" ? o : undefined
+    })
+    expect(suspended.status).not.toHaveProperty("nextRunTime")
+    await patch("fields", { spec: { suspend: false, schedule: null } })
+    const running = await waitUntil("run g3 to be running", 15_000, async () => {
+      const o = await get("fields")
+      return o.status?.lastRun?.runID === "g3" && o.status.lastRun.result === "Running" ? o : undefined
+    })
+    expect(running.status.lastRun).not.toHaveProperty("completionTime")
+    expect(running.status).not.toHaveProperty("nextRunTime")
+    const done = await waitVerdict("fields", "True")
+    expect(done.status.lastRun).toMatchObject({ runID: "g3", result: "Succeeded" })
+    expect(done.status).not.toHaveProperty("nextRunTime")
+  })
+
+  it("refuses a timeout longer than the schedule's shortest interval (InvalidSpec) and starts nothing", async () => {
+    await create(checkManifest("toolong", { spec: { schedule: "*/5 * * * *", timeout: "1h" } }))
+    const obj = await waitVerdict("toolong", "False", 15_000)
+    expect(verified(obj).reason).toBe("InvalidSpec")
+    expect(verified(obj).message).toMatch(/timeout 1h is longer than the shortest interval .*\(5m0s\)/)
+    expect(await jobsOf("toolong")).toHaveLength(0)
   })
 
   it("a schedule starts new runs over time", async () => {
