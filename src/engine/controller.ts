@@ -7,8 +7,9 @@
 //   Conflict (409)         → rate-limited requeue without an error log: the cache was behind, not broken
 //   { requeueAfterMs }     → forget, then addAfter
 //   done                   → forget
-import { Cause, Data, Effect, Exit, type Scope, type Semaphore } from "effect"
+import { Cause, Data, Effect, Exit, type Scope } from "effect"
 import { isConflict } from "../kube/client.ts"
+import type { GlobalLimit } from "./global-limit.ts"
 import type { WorkQueue } from "./workqueue/workqueue.ts"
 
 export interface ReconcileRequest {
@@ -46,8 +47,8 @@ export interface ControllerOptions {
   readonly reconcile: Reconciler
   /** Worker fibers for this queue. */
   readonly workers: number
-  /** Shared across members: caps concurrent reconciles hub-wide. */
-  readonly globalLimit?: Semaphore.Semaphore
+  /** Shared across members: caps concurrent reconciles hub-wide (not held during API calls). */
+  readonly globalLimit?: GlobalLimit
   readonly hooks?: ControllerHooks
   /** Counters to update (so a caller can hold them before the workers start). */
   readonly stats?: ControllerStats
@@ -171,7 +172,7 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
   }
 
   const processOne = (key: string) =>
-    options.globalLimit ? options.globalLimit.withPermits(1)(reconcileOne(key)) : reconcileOne(key)
+    options.globalLimit ? options.globalLimit.withPermit(reconcileOne(key)) : reconcileOne(key)
 
   const worker = Effect.gen(function* () {
     while (true) {

@@ -3,8 +3,9 @@
 // engine. Losing the lease or SIGTERM closes the leading scope: member engines drain their in-flight
 // reconciles (bounded grace), then the lease is released so a standby takes over at once.
 import type { KubeConfig } from "@kubernetes/client-node"
-import { Effect, type Scope, Semaphore } from "effect"
+import { Effect, type Scope } from "effect"
 import { hubLeaseName } from "../api/names.ts"
+import { makeGlobalLimit } from "../engine/global-limit.ts"
 import { makeKubeClient } from "../kube/client.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
@@ -99,7 +100,7 @@ export const runHub = Effect.fnUntraced(function* (
     Effect.annotateLogs({ address: `${config.httpAddress.host}:${port}`, identity }),
   )
 
-  const globalLimit = yield* Semaphore.make(config.maxConcurrentReconciles)
+  const globalLimit = yield* makeGlobalLimit(config.maxConcurrentReconciles, metrics.addGlobalInflight)
   let drainGrace = () => config.drainGraceMs
   const leaderWork = Effect.gen(function* () {
     leading = true

@@ -3,7 +3,7 @@
 // src/engine, all inside the caller's Scope so that closing the
 // scope (disengage, rebuild, lost leadership) stops every fiber and socket of this member at once.
 import type { KubeConfig, V1Job } from "@kubernetes/client-node"
-import { Effect, type Scope, type Semaphore } from "effect"
+import { Effect, type Scope } from "effect"
 import type { BackupCheck } from "../api/backupcheck.ts"
 import { labelBackupCheck } from "../api/names.ts"
 import {
@@ -12,9 +12,10 @@ import {
   makeControllerStats,
   runController,
 } from "../engine/controller.ts"
+import type { GlobalLimit } from "../engine/global-limit.ts"
 import { type InformerSet, makeInformerSet } from "../engine/informer/informer-set.ts"
 import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "../engine/workqueue/workqueue.ts"
-import { type KubeClient, makeKubeClient } from "../kube/client.ts"
+import { type KubeClient, type KubeError, makeKubeClient } from "../kube/client.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
 
@@ -28,7 +29,7 @@ export interface MemberEngineOptions {
   /** Worker fibers for this member. */
   readonly workers: number
   /** Hub-wide cap on concurrent reconciles, shared by every member (undefined: no cap). */
-  readonly globalLimit: Semaphore.Semaphore | undefined
+  readonly globalLimit: GlobalLimit | undefined
   /** Backstop poll while a restore Job runs. */
   readonly runningPollMs: number
   /** Periodic resync of the informers (0: never). */
@@ -42,6 +43,8 @@ export interface MemberEngineOptions {
   readonly mayWrite: Effect.Effect<boolean>
   /** Completes when the hub's lease is lost: a drain in progress ends at once. */
   readonly lostLease: Effect.Effect<void>
+  /** A LIST/WATCH of this member failed: a faster sign of a dead member than the next probe. */
+  readonly onWatchFailure: (error: KubeError) => void
   /** A scheduled slot was skipped (concurrencyPolicy Forbid), for the metrics. */
   readonly onRunSkipped: (namespace: string, name: string) => void
   readonly controllerHooks: ControllerHooks | undefined
@@ -71,10 +74,16 @@ const ownerKey = (job: V1Job): string | undefined => {
 
 export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
   const { cluster } = options
-  const client = gateWrites(
+  // API calls give the hub-wide permit back while they wait (engine/global-limit.ts); writes are fenced.
+  const fenced = gateWrites(
     yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig, userAgent: options.userAgent }),
     options.mayWrite,
   )
+  const limit = options.globalLimit
+  const client: KubeClient = limit
+    ? { ...fenced, request: (req) => limit.duringIo(fenced.request(req)) }
+    : fenced
+
   const queue = yield* makeWorkQueue({
     name: cluster,
     ...(options.queueHooks ? { metrics: options.queueHooks } : {}),
@@ -83,6 +92,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     client,
     namespaces: options.namespaces,
     name: "backupchecks",
+    onFailure: options.onWatchFailure,
     resource: { group: "fleetcheck.io", version: "v1alpha1", plural: "backupchecks" },
     resyncMs: options.resyncMs,
   })
@@ -90,6 +100,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     client,
     namespaces: options.namespaces,
     name: "jobs",
+    onFailure: options.onWatchFailure,
     resource: { group: "batch", version: "v1", plural: "jobs" },
     labelSelector: labelBackupCheck,
     indexers: {

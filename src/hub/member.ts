@@ -3,10 +3,11 @@
 // member that cannot sync shows why and never blocks the others), and the MemberCluster status
 // writer. Interrupting the fiber closes the member's scope: workers drain, sockets close.
 import type { KubeConfig } from "@kubernetes/client-node"
-import { Clock, Effect, type Scope, type Semaphore } from "effect"
+import { Clock, Deferred, Effect, type Scope } from "effect"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
-import { isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
+import type { GlobalLimit } from "../engine/global-limit.ts"
+import { isNotFound, KubeApiError, type KubeClient, type KubeError } from "../kube/client.ts"
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import type { HubConfig } from "./config.ts"
@@ -30,7 +31,7 @@ export type MemberSettings = Pick<
 
 export interface MemberDeps {
   readonly hubClient: KubeClient
-  readonly globalLimit: Semaphore.Semaphore
+  readonly globalLimit: GlobalLimit
   readonly settings: MemberSettings
   readonly metrics: FleetMetrics
   /** Drain grace when the member stops now: none once the lease is lost (see hub.ts). */
@@ -110,6 +111,9 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
   }
   entry.lastStatus = desired
 })
+
+/** While a failed probe awaits confirmation (failure threshold), probes come this often. */
+const confirmFailureEveryMs = 1_000
 
 /**
  * One probe: a LIST of at most one BackupCheck where the hub works, with a short deadline. Unlike
@@ -231,7 +235,13 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   entry.catchingUp = false
   delete entry.watchFailure
   entry.credentialExpiry = spec.credentialExpiry
+  // A broken connection seen by the informers (refused, reset, closed) wakes the prober at once.
+  let wakeProbe = Deferred.makeUnsafe<void>()
+  const onWatchFailure = (error: KubeError) => {
+    if (error._tag === "KubeTransportError") Deferred.doneUnsafe(wakeProbe, Effect.void)
+  }
   const engine = yield* startMemberEngine({
+    onWatchFailure,
     cluster: entry.name,
     kubeConfig: spec.kubeConfig,
     userAgent: deps.userAgent,
@@ -289,12 +299,23 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
 
   const probeLoop = Effect.gen(function* () {
     while (true) {
+      const woken = wakeProbe
       yield* probeOnce(engine, entry, timings, spec.namespaces?.[0])
       const now = yield* Clock.currentTimeMillis
       entry.expiringSoon =
         spec.credentialExpiry !== undefined && spec.credentialExpiry.getTime() - now < timings.expiryWarningMs
       metrics.setMemberConnected(entry.name, entry.probe.connected === true)
-      yield* Effect.sleep(timings.probeIntervalMs)
+      // A failed probe is confirmed quickly rather than a full interval later: with the defaults a dead
+      // member shows Connected=False in a few seconds, not 30.
+      const p = entry.probe
+      const confirming = p.consecutiveFailures > 0 && p.connected !== false
+      if (Deferred.isDoneUnsafe(woken)) wakeProbe = Deferred.makeUnsafe<void>()
+      yield* Effect.raceFirst(
+        Effect.sleep(
+          confirming ? Math.min(timings.probeIntervalMs, confirmFailureEveryMs) : timings.probeIntervalMs,
+        ),
+        Deferred.await(wakeProbe),
+      )
     }
   })
   yield* Effect.forkScoped(probeLoop)

@@ -11,9 +11,10 @@ import {
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
 import { hubLeaseName } from "../../src/api/names.ts"
+import { defaultHubConfig } from "../../src/hub/config.ts"
 import { leases, pathOf } from "../../src/kube/resources.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
-import { waitUntil } from "../support/wait.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
 
 const ns = "apps"
 
@@ -201,4 +202,53 @@ describe("hub wiring", () => {
       await hold.release()
     }
   }, 120_000)
+
+  it("a dead or hung member shows Connected=False quickly with the default probe settings", async () => {
+    const hub = await startHub(hubCluster, {
+      probeIntervalMs: defaultHubConfig.probeIntervalMs,
+      probeFailureThreshold: defaultHubConfig.probeFailureThreshold,
+      probeSuccessThreshold: defaultHubConfig.probeSuccessThreshold,
+    })
+    hubs.push(hub)
+    const connected = async () => {
+      const mc = (await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/m1")).body
+      return (mc?.status?.conditions ?? []).find((c: any) => c.type === "Connected")?.status
+    }
+    await waitUntil("m1 connected", 60_000, async () => (await connected()) === "True")
+    // Gone: the API server process exits (connections refused).
+    await sleep(3_000)
+    await member.stopApiServer()
+    const gone = Date.now()
+    await waitUntil(
+      "Connected=False after the API server exited",
+      60_000,
+      async () => (await connected()) === "False",
+      100,
+    )
+    const goneMs = Date.now() - gone
+    await member.startApiServer()
+    await waitUntil("m1 connected again", 60_000, async () => (await connected()) === "True")
+    // Hung: the API server still accepts connections and never answers.
+    await sleep(3_000)
+    member.freezeApiServer()
+    const frozen = Date.now()
+    try {
+      await waitUntil(
+        "Connected=False after the API server froze",
+        90_000,
+        async () => (await connected()) === "False",
+        100,
+      )
+    } finally {
+      member.thawApiServer()
+    }
+    const frozenMs = Date.now() - frozen
+    process.stderr.write(
+      `dead member with default probes (${defaultHubConfig.probeIntervalMs / 1000} s × ${defaultHubConfig.probeFailureThreshold}): exited → Connected=False ${goneMs} ms; frozen → ${frozenMs} ms\n`,
+    )
+    expect(goneMs).toBeLessThan(15_000)
+    await waitUntil("m1 connected after the thaw", 60_000, async () => (await connected()) === "True")
+    await hub.stop()
+    hubs.pop()
+  }, 300_000)
 })

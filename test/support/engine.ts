@@ -36,6 +36,7 @@ export const engineOptions = (
   mayWrite: Effect.succeed(true),
   lostLease: Effect.never,
   onRunSkipped: () => {},
+  onWatchFailure: () => {},
   controllerHooks: undefined,
   queueHooks: undefined,
   ...overrides,

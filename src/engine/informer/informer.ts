@@ -48,6 +48,8 @@ export interface InformerOptions<T> {
   }
   /** Passed to client.watch (default: the client's, 90 s). */
   readonly watchInactivityTimeoutMs?: number
+  /** Told of every LIST/WATCH failure as it happens (e.g. so a prober can check the server at once). */
+  readonly onFailure?: (error: KubeError) => void
 }
 
 export interface Informer<T> {
@@ -371,6 +373,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
 
   const onFailure = Effect.fnUntraced(function* (error: KubeError, phase: "list" | "watch") {
     errors++
+    options.onFailure?.(error)
     lastError = `${phase}: ${describe(error)}`
     lastErrorStatus = error._tag === "KubeApiError" ? error.status : undefined
     const now = yield* Clock.currentTimeMillis
