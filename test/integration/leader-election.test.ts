@@ -2,7 +2,6 @@
 // proxy to the apiserver, so one elector can be cut off (connections refused, or blackholed so that
 // requests hang) while the other keeps talking; freezing the apiserver stalls both. Leader work is a
 // scoped fiber that ticks every 50 ms and records when its finalizer ran, so overlaps would show.
-import { type AddressInfo, connect, createServer, type Socket } from "node:net"
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, Fiber, Logger, References, Scope } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
@@ -15,6 +14,7 @@ import {
 import { hubLeaseName } from "../../src/api/names.ts"
 import { type LeaderElector, type Lease, makeLeaderElector } from "../../src/hub/leader-election.ts"
 import { type KubeClient, makeKubeClient } from "../../src/kube/client.ts"
+import { type Proxy, startProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const namespace = "fleetcheck-system"
@@ -23,61 +23,6 @@ const fast = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 50
 const now = () => performance.now()
 /** waitUntil's probe interval: short, since tests time how soon leadership changes hands. */
 const pollMs = 20
-
-type ProxyMode = "pass" | "refuse" | "blackhole"
-
-/** A TCP proxy to the apiserver that can refuse new connections or silently stop forwarding bytes. */
-const startProxy = async (targetPort: number) => {
-  let mode: ProxyMode = "pass"
-  const pairs = new Set<readonly [Socket, Socket]>()
-  const dropAll = () => {
-    for (const [a, b] of pairs) {
-      a.destroy()
-      b.destroy()
-    }
-    pairs.clear()
-  }
-  const server = createServer((down) => {
-    if (mode === "refuse") {
-      down.destroy()
-      return
-    }
-    const up = connect(targetPort, "127.0.0.1")
-    const pair = [down, up] as const
-    pairs.add(pair)
-    const end = () => {
-      down.destroy()
-      up.destroy()
-      pairs.delete(pair)
-    }
-    // A blackholed connection stays open but carries nothing: requests hang, as behind a dead LB.
-    down.on("data", (d) => void (mode === "pass" && up.write(d)))
-    up.on("data", (d) => void (mode === "pass" && down.write(d)))
-    for (const s of pair) {
-      s.on("error", end)
-      s.on("close", end)
-    }
-  })
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
-  return {
-    port: (server.address() as AddressInfo).port,
-    cut: (how: Exclude<ProxyMode, "pass">) => {
-      mode = how
-      if (how === "refuse") dropAll()
-    },
-    restore: () => {
-      // Bytes were dropped on blackholed connections: their TLS streams are unusable now.
-      if (mode === "blackhole") dropAll()
-      mode = "pass"
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        dropAll()
-        server.close(() => resolve())
-      }),
-  }
-}
-type Proxy = Awaited<ReturnType<typeof startProxy>>
 
 interface Mark {
   readonly id: string

@@ -1,0 +1,58 @@
+// A TCP proxy in front of an API server for fault tests: it passes bytes, refuses new connections, or
+// blackholes (connections stay open and carry nothing, as behind a dead load balancer).
+import { type AddressInfo, connect, createServer, type Socket } from "node:net"
+
+export type ProxyMode = "pass" | "refuse" | "blackhole"
+
+/** A TCP proxy to the apiserver that can refuse new connections or silently stop forwarding bytes. */
+export const startProxy = async (targetPort: number) => {
+  let mode: ProxyMode = "pass"
+  const pairs = new Set<readonly [Socket, Socket]>()
+  const dropAll = () => {
+    for (const [a, b] of pairs) {
+      a.destroy()
+      b.destroy()
+    }
+    pairs.clear()
+  }
+  const server = createServer((down) => {
+    if (mode === "refuse") {
+      down.destroy()
+      return
+    }
+    const up = connect(targetPort, "127.0.0.1")
+    const pair = [down, up] as const
+    pairs.add(pair)
+    const end = () => {
+      down.destroy()
+      up.destroy()
+      pairs.delete(pair)
+    }
+    // A blackholed connection stays open but carries nothing: requests hang, as behind a dead LB.
+    down.on("data", (d) => void (mode === "pass" && up.write(d)))
+    up.on("data", (d) => void (mode === "pass" && down.write(d)))
+    for (const s of pair) {
+      s.on("error", end)
+      s.on("close", end)
+    }
+  })
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  return {
+    port: (server.address() as AddressInfo).port,
+    cut: (how: Exclude<ProxyMode, "pass">) => {
+      mode = how
+      if (how === "refuse") dropAll()
+    },
+    restore: () => {
+      // Bytes were dropped on blackholed connections: their TLS streams are unusable now.
+      if (mode === "blackhole") dropAll()
+      mode = "pass"
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        dropAll()
+        server.close(() => resolve())
+      }),
+  }
+}
+export type Proxy = Awaited<ReturnType<typeof startProxy>>
