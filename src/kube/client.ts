@@ -2,10 +2,15 @@
 // and auth headers; the HTTP is ours (node:https, one keep-alive Agent per member), because the
 // library's fetch-based watch cannot request bookmarks, swallows parse errors and has no inactivity
 // timeout we control (see STYLE.md, "Known traps").
+//
+// A member endpoint is not trusted (anyone who can write a registration Secret chooses it): every body
+// and watch line is read up to a limit (maxResponseBytes, maxWatchFrameBytes, maxErrorBodyBytes), past
+// which that request fails with TooLarge; nothing here throws out of a socket callback or out of
+// request construction; and credential errors say what failed in fixed words, never what a plugin printed.
 import * as http from "node:http"
 import * as https from "node:https"
-import type { KubeConfig } from "@kubernetes/client-node"
-import { Cause, Effect, Queue, Schema, type Scope, Stream } from "effect"
+import type { KubeConfig, User } from "@kubernetes/client-node"
+import { Cause, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
 
 export class KubeApiError extends Schema.TaggedError<KubeApiError>()("KubeApiError", {
   cluster: Schema.String,
@@ -26,9 +31,10 @@ export class KubeTransportError extends Schema.TaggedError<KubeTransportError>()
   path: Schema.String,
   message: Schema.String,
   /**
-   * What went wrong: a Node error code (ECONNREFUSED, ECONNRESET, ...) or one of Timeout (no response
-   * in time), WatchInactive (a watch went silent), Closed (connection lost mid-response), BadResponse
-   * (unparseable body or watch line), Config (unusable kubeconfig), Credentials (auth plugin failed).
+   * What went wrong: a Node error code (ECONNREFUSED, ECONNRESET, ERR_INVALID_CHAR, ...) or one of
+   * Timeout (no response in time), WatchInactive (a watch went silent), Closed (connection lost
+   * mid-response), BadResponse (unparseable body or watch line), TooLarge (a body or watch line over its
+   * limit), Config (unusable kubeconfig), Credentials (resolving credentials failed).
    */
   code: Schema.optional(Schema.String),
 }) {}
@@ -124,6 +130,17 @@ export const resourcePath = (r: ResourceRef): string => {
   return p
 }
 
+/**
+ * A whole response body, read into memory before parsing. A LIST page of 500 objects is a few MiB; the
+ * hub's 1 GiB limit must also hold the parsed copy (about 4 times the bytes), so more than this is a
+ * broken or hostile endpoint.
+ */
+export const maxResponseBytes = 64 * 1024 * 1024
+/** One watch event line, as apimachinery's streaming decoder allows (ErrObjectTooLarge past 16 MiB). */
+export const maxWatchFrameBytes = 16 * 1024 * 1024
+/** The body of a non-2xx answer: a Status object, or a proxy's error page. */
+export const maxErrorBodyBytes = 64 * 1024
+
 const maxMessageLength = 512
 
 const bounded = (s: string): string => (s.length > maxMessageLength ? `${s.slice(0, maxMessageLength)}…` : s)
@@ -147,15 +164,22 @@ interface Auth {
   basicAuth: string | undefined
 }
 
+// Values are trimmed as client-go trims a token file (client-node's FileAuth sends its newline too).
 const headersOf = (opts: https.RequestOptions): Auth => {
   const headers: Record<string, string> = {}
-  for (const [k, v] of Object.entries(opts.headers ?? {})) if (typeof v === "string") headers[k] = v
+  for (const [k, v] of Object.entries(opts.headers ?? {})) if (typeof v === "string") headers[k] = v.trim()
   return { headers, basicAuth: typeof opts.auth === "string" ? opts.auth : undefined }
 }
 
 const errorCode = (e: unknown): string | undefined => {
   const code = (e as NodeJS.ErrnoException | undefined)?.code
   return typeof code === "string" ? code : undefined
+}
+
+/** A Node error code (ENOENT, ERR_INVALID_CHAR) and nothing else: codes never carry values, messages may. */
+const plainCode = (e: unknown): string | undefined => {
+  const code = errorCode(e)
+  return code !== undefined && /^[A-Z][A-Z0-9_]{1,40}$/.test(code) ? code : undefined
 }
 
 const errorText = (e: unknown): string => {
@@ -181,6 +205,66 @@ const parseRetryAfter = (v: string | string[] | undefined): number | undefined =
   return Number.isFinite(n) && n >= 0 ? n : undefined
 }
 
+// The auth-provider names the kubeconfig policy lets through; anything else is not named in messages.
+const knownAuthProviders = new Set(["oidc", "gcp", "azure", "exec", "tokenFile"])
+
+/**
+ * Why resolving credentials failed, in fixed words. client-node rejects a failed exec plugin with the
+ * plugin's raw stderr, V8's JSON errors quote the output they could not parse (a token, perhaps) and
+ * gcp/azure's execSync errors carry the command's output: none of that may reach conditions, Events,
+ * logs or the dashboard. (client-node does not pass the plugin's exit code on, so neither can we.)
+ */
+const credentialFailure = (user: User | null, e: unknown): string => {
+  const code = plainCode(e)
+  const syscall = (e as NodeJS.ErrnoException | undefined)?.syscall
+  const provider: unknown = user?.authProvider?.name
+  const runsPlugin = Boolean(user?.exec) || provider === "exec" || user?.authProvider?.config?.exec != null
+  if (typeof syscall === "string" && syscall.startsWith("spawn")) {
+    return `exec credential plugin could not be started (${code ?? "spawn failed"})`
+  }
+  if (code !== undefined && (syscall === "open" || syscall === "read")) {
+    return `reading a file the kubeconfig names failed (${code})`
+  }
+  if (runsPlugin) {
+    if (e instanceof SyntaxError) return "exec credential plugin failed: its output is not an ExecCredential"
+    if (e instanceof TypeError) return "exec credential plugin failed: its ExecCredential has no status"
+    return "exec credential plugin failed (non-zero exit; its output is not shown)"
+  }
+  const which =
+    typeof provider === "string" && knownAuthProviders.has(provider) ? ` (auth-provider ${provider})` : ""
+  return `resolving credentials failed${which}${code !== undefined ? ` (${code})` : ""}`
+}
+
+/**
+ * Reads a response body of at most `limit` bytes (a larger Content-Length fails at once); calls `onEnd`
+ * with it, or `onTooLarge` as soon as it is over the limit, after which nothing is kept (the caller
+ * destroys the request).
+ */
+const readBody = (
+  res: http.IncomingMessage,
+  limit: number,
+  onEnd: (body: string) => void,
+  onTooLarge: () => void,
+): void => {
+  if (Number(res.headers["content-length"]) > limit) {
+    onTooLarge()
+    return
+  }
+  let chunks: Buffer[] = []
+  let size = 0
+  res.on("data", (c: Buffer) => {
+    if (size > limit) return
+    size += c.length
+    if (size > limit) {
+      chunks = []
+      onTooLarge()
+    } else chunks.push(c)
+  })
+  res.on("end", () => {
+    if (size <= limit) onEnd(Buffer.concat(chunks, size).toString("utf8"))
+  })
+}
+
 export const makeKubeClient = Effect.fnUntraced(function* (
   options: KubeClientOptions,
 ): Effect.fn.Return<KubeClient, never, Scope.Scope> {
@@ -196,12 +280,21 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   // authenticators cache the token until expiry). Static credentials are resolved once.
   const dynamicAuth = Boolean(user?.exec || user?.authProvider)
 
+  /**
+   * client-node's TLS options and auth headers into `opts`: None when that took longer than the request
+   * deadline (a hung plugin must not hang the request, or the client's construction, with it). Fails with
+   * the raw error, for credentialFailure to describe.
+   */
+  const applyAuth = (opts: https.RequestOptions): Effect.Effect<Option.Option<void>, unknown> =>
+    Effect.tryPromise({ try: () => kubeConfig.applyToHTTPSOptions(opts), catch: (e) => e }).pipe(
+      Effect.timeoutOption(requestTimeoutMs),
+    )
+
   const base: https.RequestOptions = {}
-  const initialAuth = yield* Effect.promise(() =>
-    kubeConfig.applyToHTTPSOptions(base).then(
-      () => ({ ok: true as const, auth: headersOf(base) }),
-      (e: unknown) => ({ ok: false as const, error: errorText(e) }),
-    ),
+  const initialAuth = yield* applyAuth(base).pipe(
+    Effect.map(Option.map(() => headersOf(base))),
+    Effect.map(Option.getOrUndefined),
+    Effect.orElseSucceed(() => undefined),
   )
   const url = server ? parseUrl(server) : undefined
   const configError = !server
@@ -233,30 +326,65 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     new KubeTransportError({ cluster, method, path, message: bounded(message), ...(code ? { code } : {}) })
   const nodeError = (method: string, path: string, e: unknown) =>
     transportError(method, path, errorText(e), errorCode(e))
+  const tooLarge = (method: string, path: string, what: string, limit: number) =>
+    transportError(method, path, `${what} is larger than ${limit} bytes`, "TooLarge")
 
   const resolveAuth = (method: string, path: string): Effect.Effect<Auth, KubeTransportError> => {
     if (configError !== undefined) return Effect.fail(transportError(method, path, configError, "Config"))
-    if (!dynamicAuth && initialAuth.ok) return Effect.succeed(initialAuth.auth)
-    return Effect.tryPromise({
-      try: async () => {
-        const opts: https.RequestOptions = {}
-        await kubeConfig.applyToHTTPSOptions(opts)
-        return headersOf(opts)
-      },
-      catch: (e) => transportError(method, path, `resolving credentials: ${errorText(e)}`, "Credentials"),
-    })
+    if (!dynamicAuth && initialAuth !== undefined) return Effect.succeed(initialAuth)
+    const opts: https.RequestOptions = {}
+    return applyAuth(opts).pipe(
+      Effect.mapError((e) => transportError(method, path, credentialFailure(user, e), "Credentials")),
+      Effect.flatMap(
+        Option.match({
+          onNone: () =>
+            Effect.fail(
+              transportError(
+                method,
+                path,
+                `credentials not resolved within ${requestTimeoutMs} ms`,
+                "Timeout",
+              ),
+            ),
+          onSome: () => Effect.succeed(headersOf(opts)),
+        }),
+      ),
+    )
   }
 
-  const requestOptions = (method: string, fullPath: string, auth: Auth, extra: Record<string, string>) => ({
-    protocol: url!.protocol,
-    hostname: url!.hostname.replace(/^\[|\]$/g, ""),
-    port: url!.port || (isHttps ? 443 : 80),
-    path: basePath + fullPath,
-    method,
-    agent,
-    ...(auth.basicAuth ? { auth: auth.basicAuth } : {}),
-    headers: { ...auth.headers, accept: "application/json", "user-agent": userAgent, ...extra },
-  })
+  /**
+   * Starts the request. Node validates header values while building it and throws synchronously
+   * (ERR_INVALID_CHAR for a CR/LF or non-Latin-1 value from the kubeconfig or a credential plugin; TLS
+   * material can throw too): that becomes a KubeTransportError naming the code only, as the message may
+   * quote the value.
+   */
+  const startRequest = (
+    method: string,
+    path: string,
+    fullPath: string,
+    auth: Auth,
+    extra: Record<string, string>,
+    onResponse: (res: http.IncomingMessage) => void,
+  ): http.ClientRequest | KubeTransportError => {
+    try {
+      return doRequest(
+        {
+          protocol: url!.protocol,
+          hostname: url!.hostname.replace(/^\[|\]$/g, ""),
+          port: url!.port || (isHttps ? 443 : 80),
+          path: basePath + fullPath,
+          method,
+          agent,
+          ...(auth.basicAuth ? { auth: auth.basicAuth } : {}),
+          headers: { ...auth.headers, accept: "application/json", "user-agent": userAgent, ...extra },
+        },
+        onResponse,
+      )
+    } catch (e) {
+      const code = plainCode(e) ?? "BadRequest"
+      return transportError(method, path, `the request could not be built (${code})`, code)
+    }
+  }
 
   const apiError = (method: string, path: string, status: number, text: string, retryAfter?: number) => {
     let reason = ""
@@ -281,6 +409,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     })
   }
 
+  const isSuccess = (status: number) => status >= 200 && status < 300
+
   const send = (req: KubeRequest, auth: Auth) =>
     Effect.callback<RawResponse, KubeTransportError>((resume, signal) => {
       const { method, path } = req
@@ -293,24 +423,30 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       }
       let done = false
       let timer: NodeJS.Timeout | undefined
+      let r: http.ClientRequest | undefined
       const finish = (e: Effect.Effect<RawResponse, KubeTransportError>) => {
         if (done) return
         done = true
         clearTimeout(timer)
         resume(e)
       }
+      const fail = (e: KubeTransportError) => {
+        finish(Effect.fail(e))
+        r?.destroy()
+      }
       const timeoutMs = req.timeoutMs ?? requestTimeoutMs
-      const r = doRequest(requestOptions(method, path + queryString(req.query), auth, extra), (res) => {
-        const chunks: Buffer[] = []
-        res.on("data", (c: Buffer) => chunks.push(c))
-        res.on("end", () =>
-          finish(
-            Effect.succeed({
-              status: res.statusCode ?? 0,
-              text: Buffer.concat(chunks).toString("utf8"),
-              retryAfter: parseRetryAfter(res.headers["retry-after"]),
-            }),
-          ),
+      const started = startRequest(method, path, path + queryString(req.query), auth, extra, (res) => {
+        const status = res.statusCode ?? 0
+        const limit = isSuccess(status) ? maxResponseBytes : maxErrorBodyBytes
+        readBody(
+          res,
+          limit,
+          (text) =>
+            finish(Effect.succeed({ status, text, retryAfter: parseRetryAfter(res.headers["retry-after"]) })),
+          () =>
+            fail(
+              tooLarge(method, path, isSuccess(status) ? "the response" : `the HTTP ${status} body`, limit),
+            ),
         )
         res.on("error", (e) => finish(Effect.fail(nodeError(method, path, e))))
         res.on("aborted", () =>
@@ -320,17 +456,19 @@ export const makeKubeClient = Effect.fnUntraced(function* (
           finish(Effect.fail(transportError(method, path, "connection closed mid-response", "Closed"))),
         )
       })
-      timer = setTimeout(() => {
-        finish(Effect.fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout")))
-        r.destroy()
-      }, timeoutMs)
+      if (started instanceof KubeTransportError) return finish(Effect.fail(started))
+      r = started
+      timer = setTimeout(
+        () => fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout")),
+        timeoutMs,
+      )
       r.on("error", (e) => finish(Effect.fail(nodeError(method, path, e))))
       signal.addEventListener(
         "abort",
         () => {
           done = true
           clearTimeout(timer)
-          r.destroy()
+          r?.destroy()
         },
         { once: true },
       )
@@ -342,7 +480,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       const auth = yield* resolveAuth(req.method, req.path)
       const res = yield* send(req, auth)
       yield* Effect.annotateCurrentSpan("http.response.status_code", res.status)
-      if (res.status < 200 || res.status >= 300) {
+      if (!isSuccess(res.status)) {
         return yield* apiError(req.method, req.path, res.status, res.text, res.retryAfter)
       }
       if (res.text === "") return undefined as T
@@ -358,6 +496,148 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       }),
     )
 
+  /**
+   * Opens a watch whose events and end go into `queue`; returns the function that aborts it. Lines are
+   * split on the newline byte (never inside a UTF-8 sequence) and decoded whole; a partial line is kept
+   * as the chunks it came in, up to maxWatchFrameBytes.
+   */
+  const openWatch = (
+    queue: Queue.Queue<WatchEvent, KubeApiError | KubeTransportError | Cause.Done>,
+    path: string,
+    query: Record<string, string>,
+    auth: Auth,
+    watchOptions: WatchOptions | undefined,
+  ): (() => void) => {
+    const inactivityMs = watchOptions?.inactivityTimeoutMs ?? watchInactivityTimeoutMs
+    let ended = false
+    let timer: NodeJS.Timeout | undefined
+    let r: http.ClientRequest | undefined
+    const stop = () => {
+      ended = true
+      clearTimeout(timer)
+      r?.destroy()
+    }
+    const failCause = (cause: Cause.Cause<KubeApiError | KubeTransportError>) => {
+      if (ended) return
+      stop()
+      Queue.failCauseUnsafe(queue, cause)
+    }
+    const fail = (e: KubeApiError | KubeTransportError) => failCause(Cause.fail(e))
+    // Until the response headers arrive the request deadline applies (a hung server that still
+    // accepts connections); after them, the inactivity timeout (a silent or half-open stream).
+    const arm = () => {
+      clearTimeout(timer)
+      timer = setTimeout(
+        () => fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive")),
+        inactivityMs,
+      )
+    }
+    const parseLine = (bytes: Buffer): boolean => {
+      const text = bytes.toString("utf8")
+      if (text.trim() === "") return true
+      let ev: WatchEvent
+      try {
+        ev = JSON.parse(text) as WatchEvent
+      } catch (e) {
+        fail(
+          transportError(
+            "GET",
+            path,
+            `unparseable watch line (${bytes.length} bytes): ${errorText(e)}`,
+            "BadResponse",
+          ),
+        )
+        return false
+      }
+      if (!ev || typeof ev.type !== "string") {
+        fail(
+          transportError(
+            "GET",
+            path,
+            `watch line without an event type (${bytes.length} bytes)`,
+            "BadResponse",
+          ),
+        )
+        return false
+      }
+      Queue.offerUnsafe(queue, ev)
+      return true
+    }
+    const onResponse = (res: http.IncomingMessage) => {
+      const status = res.statusCode ?? 0
+      if (status !== 200) {
+        readBody(
+          res,
+          maxErrorBodyBytes,
+          (text) => fail(apiError("GET", path, status, text, parseRetryAfter(res.headers["retry-after"]))),
+          () => fail(tooLarge("GET", path, `the HTTP ${status} body`, maxErrorBodyBytes)),
+        )
+        return
+      }
+      arm()
+      try {
+        watchOptions?.onConnected?.()
+      } catch (e) {
+        // The caller's bug: a defect of this stream, not an exception out of a socket callback.
+        return failCause(Cause.die(e))
+      }
+      let partial: Buffer[] = []
+      let partialBytes = 0
+      const frameTooLarge = () => fail(tooLarge("GET", path, "a watch line", maxWatchFrameBytes))
+      res.on("data", (chunk: Buffer) => {
+        if (ended) return
+        arm()
+        let start = 0
+        let nl = chunk.indexOf(0x0a)
+        while (nl !== -1) {
+          const size = partialBytes + nl - start
+          if (size > maxWatchFrameBytes) return frameTooLarge()
+          const piece = chunk.subarray(start, nl)
+          const line = partialBytes === 0 ? piece : Buffer.concat([...partial, piece], size)
+          partial = []
+          partialBytes = 0
+          if (!parseLine(line)) return
+          start = nl + 1
+          nl = chunk.indexOf(0x0a, start)
+        }
+        if (start === chunk.length) return
+        partialBytes += chunk.length - start
+        if (partialBytes > maxWatchFrameBytes) return frameTooLarge()
+        partial.push(start === 0 ? chunk : chunk.subarray(start))
+      })
+      res.on("end", () => {
+        if (ended) return
+        if (partialBytes > 0 && !parseLine(Buffer.concat(partial, partialBytes))) return
+        ended = true
+        clearTimeout(timer)
+        Queue.endUnsafe(queue)
+      })
+      res.on("aborted", () => fail(transportError("GET", path, "watch response aborted", "Closed")))
+      res.on("error", (e) => fail(nodeError("GET", path, e)))
+      res.on("close", () => fail(transportError("GET", path, "watch connection closed mid-stream", "Closed")))
+    }
+    const started = startRequest(
+      "GET",
+      path,
+      path + queryString({ ...query, watch: "true" }),
+      auth,
+      {},
+      onResponse,
+    )
+    if (started instanceof KubeTransportError) {
+      fail(started)
+      return stop
+    }
+    r = started
+    r.on("error", (e) => fail(nodeError("GET", path, e)))
+    r.end()
+    timer = setTimeout(
+      () => fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout")),
+      requestTimeoutMs,
+    )
+    return stop
+  }
+
   const watch = (
     path: string,
     query: Record<string, string>,
@@ -366,122 +646,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     Stream.callback<WatchEvent, KubeApiError | KubeTransportError>((queue) =>
       Effect.gen(function* () {
         const auth = yield* resolveAuth("GET", path)
-        const inactivityMs = watchOptions?.inactivityTimeoutMs ?? watchInactivityTimeoutMs
-        let ended = false
-        let timer: NodeJS.Timeout | undefined
-        let r: http.ClientRequest | undefined
-        const stop = () => {
-          ended = true
-          clearTimeout(timer)
-          r?.destroy()
-        }
-        const fail = (e: KubeApiError | KubeTransportError) => {
-          if (ended) return
-          stop()
-          Queue.failCauseUnsafe(queue, Cause.fail(e))
-        }
-        // Until the response headers arrive the request deadline applies (a hung server that still
-        // accepts connections); after them, the inactivity timeout (a silent or half-open stream).
-        const arm = () => {
-          clearTimeout(timer)
-          timer = setTimeout(
-            () => fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive")),
-            inactivityMs,
-          )
-        }
-        r = doRequest(
-          requestOptions("GET", path + queryString({ ...query, watch: "true" }), auth, {}),
-          (res) => {
-            const status = res.statusCode ?? 0
-            if (status !== 200) {
-              const chunks: Buffer[] = []
-              res.on("data", (c: Buffer) => chunks.push(c))
-              res.on("end", () =>
-                fail(
-                  apiError(
-                    "GET",
-                    path,
-                    status,
-                    Buffer.concat(chunks).toString("utf8"),
-                    parseRetryAfter(res.headers["retry-after"]),
-                  ),
-                ),
-              )
-              return
-            }
-            arm()
-            watchOptions?.onConnected?.()
-            res.setEncoding("utf8") // a StringDecoder: multi-byte characters split across chunks stay whole
-            let buffer = ""
-            const parseLine = (line: string): boolean => {
-              if (line.trim() === "") return true
-              let ev: WatchEvent
-              try {
-                ev = JSON.parse(line) as WatchEvent
-              } catch (e) {
-                fail(
-                  transportError(
-                    "GET",
-                    path,
-                    `unparseable watch line (${line.length} bytes): ${errorText(e)}`,
-                    "BadResponse",
-                  ),
-                )
-                return false
-              }
-              if (!ev || typeof ev.type !== "string") {
-                fail(
-                  transportError(
-                    "GET",
-                    path,
-                    `watch line without an event type (${line.length} bytes)`,
-                    "BadResponse",
-                  ),
-                )
-                return false
-              }
-              Queue.offerUnsafe(queue, ev)
-              return true
-            }
-            res.on("data", (chunk: string) => {
-              if (ended) return
-              arm()
-              // Only the new chunk can hold the next newline: no rescans of a long partial line.
-              const firstNl = chunk.indexOf("\n")
-              if (firstNl === -1) {
-                buffer += chunk
-                return
-              }
-              let nl = buffer.length + firstNl
-              buffer += chunk
-              let start = 0
-              while (nl !== -1) {
-                if (!parseLine(buffer.slice(start, nl))) return
-                start = nl + 1
-                nl = buffer.indexOf("\n", start)
-              }
-              buffer = buffer.slice(start)
-            })
-            res.on("end", () => {
-              if (ended) return
-              if (buffer !== "" && !parseLine(buffer)) return
-              ended = true
-              clearTimeout(timer)
-              Queue.endUnsafe(queue)
-            })
-            res.on("aborted", () => fail(transportError("GET", path, "watch response aborted", "Closed")))
-            res.on("error", (e) => fail(nodeError("GET", path, e)))
-            res.on("close", () =>
-              fail(transportError("GET", path, "watch connection closed mid-stream", "Closed")),
-            )
-          },
-        )
-        r.on("error", (e) => fail(nodeError("GET", path, e)))
-        r.end()
-        timer = setTimeout(
-          () => fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout")),
-          requestTimeoutMs,
-        )
+        const stop = openWatch(queue, path, query, auth, watchOptions)
         // Interruption (or the consumer stopping) aborts the request.
         yield* Effect.addFinalizer(() => Effect.sync(stop))
       }),
