@@ -2,9 +2,22 @@
 // "Registration", §7). Pure: no file reads, no processes, no clock (now is passed in), so every rule is
 // unit-tested. A refused Secret gets a stable reason for its MemberCluster condition and a message that
 // names the Secret and fields, never values: tokens, keys and passwords must not reach status or logs.
+//
+// The opt-in flags open one door each, not every door near it:
+//   allowFilePaths             absolute paths only, and never under /var/run/secrets or /run/secrets (the
+//                              hub's own ServiceAccount token and mounted secrets: a Secret could otherwise
+//                              send the hub's identity to a server of its choosing), /proc, /dev or /sys.
+//                              Paths are checked as written, after resolving "." and "..": the policy reads
+//                              no files, so a symlink elsewhere that leads into those trees is not seen;
+//                              allow file paths only where the operator controls the hub's file system.
+//   allowInsecureSkipTlsVerify insecure-skip-tls-verify only: never together with a certificate authority
+//                              (client-go refuses that pair too), and never a plain http:// server, which
+//                              is refused whatever the policy says.
+//   allowExec, allowAuthProvider  as named; gcp/azure cmd-path and exec auth-providers need allowExec too.
 import { createHash, createPrivateKey, type KeyObject, X509Certificate } from "node:crypto"
-import { isAbsolute } from "node:path"
+import { posix } from "node:path"
 import { type Cluster, type Context, KubeConfig, type User } from "@kubernetes/client-node"
+import { Data } from "effect"
 import { type DocumentOptions, type ParseOptions, parseAllDocuments, type SchemaOptions } from "yaml"
 import * as z from "zod"
 import { contextAnnotation, namespacesAnnotation } from "../api/names.ts"
@@ -24,9 +37,12 @@ export interface KubeconfigPolicy {
   readonly allowExec: boolean
   /** Use `auth-provider` users (oidc, gcp, azure, tokenFile). Default false. */
   readonly allowAuthProvider: boolean
-  /** Read files on the hub named by the kubeconfig (CA, client cert and key, token files). Default false. */
+  /**
+   * Read files on the hub named by the kubeconfig (CA, client cert and key, token files), except under
+   * /var/run/secrets, /run/secrets, /proc, /dev and /sys. Default false.
+   */
   readonly allowFilePaths: boolean
-  /** Accept `insecure-skip-tls-verify: true` and plain-http servers. Default false. */
+  /** Accept `insecure-skip-tls-verify: true` (without a CA; plain http is never accepted). Default false. */
   readonly allowInsecureSkipTlsVerify: boolean
 }
 
@@ -163,19 +179,31 @@ type UserFields = z.output<typeof UserFieldsSchema>
 // ---------------------------------------------------------------------------------------------------
 // Small helpers
 
-// Thrown only inside checkKubeconfig and caught there, so each rule can be one early exit.
-class Refusal {
-  readonly result: KubeconfigRefused
-  constructor(reason: KubeconfigRefusalReason, message: string) {
-    this.result = { ok: false, reason, message }
-  }
-}
+/**
+ * A rule's verdict against the Secret, returned (never thrown) up to checkKubeconfig, so each rule reads as
+ * one early exit: `if (bad) return refuse(...)`, and `if (x instanceof Refusal) return x` after a helper.
+ */
+class Refusal extends Data.TaggedError("KubeconfigRefusal")<{
+  readonly reason: KubeconfigRefusalReason
+  readonly message: string
+}> {}
+
+/** Builds a Refusal; the check prefixes the Secret's name. */
+type Refuse = (reason: KubeconfigRefusalReason, message: string) => Refusal
 
 /** Names come from the Secret: quote them, escape control characters and keep messages short. */
 const q = (name: string): string => JSON.stringify(name.length > 63 ? `${name.slice(0, 60)}...` : name)
 
 const orUndefined = (v: string | null | undefined): string | undefined =>
   v === null || v === "" ? undefined : v
+
+const parseUrl = (s: string): URL | undefined => {
+  try {
+    return new URL(s)
+  } catch {
+    return undefined
+  }
+}
 
 /** Strict base64: only the canonical encoding round-trips (no whitespace, junk or missing padding). */
 const decodeBase64 = (value: string): Buffer | undefined => {
@@ -310,9 +338,9 @@ const duplicateName = (items: ReadonlyArray<{ readonly name: string }>): string 
 
 export const checkKubeconfig = (input: KubeconfigCheckInput): KubeconfigCheck => {
   try {
-    return check(input)
-  } catch (e) {
-    if (e instanceof Refusal) return e.result
+    const result = check(input)
+    return result instanceof Refusal ? { ok: false, reason: result.reason, message: result.message } : result
+  } catch {
     // A defect or a library throwing on odd input: refuse without echoing the error (it may quote data).
     return {
       ok: false,
@@ -322,53 +350,55 @@ export const checkKubeconfig = (input: KubeconfigCheckInput): KubeconfigCheck =>
   }
 }
 
-type Refuse = (reason: KubeconfigRefusalReason, message: string) => never
-
-const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
+const check = (input: KubeconfigCheckInput): KubeconfigAccepted | Refusal => {
   const { policy, now } = input
   const secret = `Secret ${q(input.secretName)}`
   const R = kubeconfigRefusalReasons
-  // Typed as Refuse so that TypeScript narrows after each call.
-  const refuse: Refuse = (reason, message) => {
-    throw new Refusal(reason, `${secret}: ${message}`)
-  }
+  const refuse: Refuse = (reason, message) => new Refusal({ reason, message: `${secret}: ${message}` })
 
   // 1. Namespaces annotation: independent of the kubeconfig, and cheap.
   let namespaces: string[] | undefined
   const nsValue = input.annotations?.[namespacesAnnotation]
   if (nsValue !== undefined) {
     const parsed = parseNamespaces(nsValue)
-    if (!parsed.ok) refuse(R.NamespacesInvalid, `annotation ${namespacesAnnotation} ${parsed.message}`)
-    else namespaces = parsed.namespaces
+    if (!parsed.ok) return refuse(R.NamespacesInvalid, `annotation ${namespacesAnnotation} ${parsed.message}`)
+    namespaces = parsed.namespaces
   }
 
   // 2. The data key: strict base64, bounded, UTF-8.
   const encoded = input.data?.[kubeconfigDataKey]
   if (encoded === undefined || encoded === "") {
-    refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is missing or empty`)
+    return refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is missing or empty`)
   }
   if (encoded.length > Math.ceil(maxKubeconfigBytes / 3) * 4) {
-    refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`)
+    return refuse(
+      R.KubeconfigInvalid,
+      `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`,
+    )
   }
   const raw = decodeBase64(encoded)
-  if (raw === undefined) refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not valid base64`)
+  if (raw === undefined)
+    return refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not valid base64`)
   if (raw.length > maxKubeconfigBytes) {
-    refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`)
+    return refuse(
+      R.KubeconfigInvalid,
+      `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`,
+    )
   }
   let text = ""
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(raw)
   } catch {
-    refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not UTF-8 text`)
+    return refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not UTF-8 text`)
   }
-  if (text.trim() === "") refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is empty`)
+  if (text.trim() === "") return refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is empty`)
 
   // 3. YAML (JSON is YAML): one document, no custom tags, bounded aliases. yaml's own error messages
   // quote the source line, which may hold a token: report the error code and position only.
   const notYaml = `data key ${q(kubeconfigDataKey)} is not valid YAML or JSON`
   const docList = parseAllDocuments(text, yamlOptions)
   if (docList.length > 1)
-    refuse(
+    return refuse(
       R.KubeconfigInvalid,
       `data key ${q(kubeconfigDataKey)} holds ${docList.length} YAML documents; exactly one is allowed`,
     )
@@ -377,7 +407,7 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
   const problem = doc.errors[0] ?? doc.warnings[0]
   if (problem !== undefined) {
     const at = problem.linePos?.[0]
-    refuse(
+    return refuse(
       R.KubeconfigInvalid,
       `${notYaml} (${problem.code}${at ? ` at line ${at.line}, column ${at.col}` : ""})`,
     )
@@ -386,7 +416,7 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
   try {
     js = doc.toJS({ maxAliasCount: maxYamlAliasCount })
   } catch {
-    refuse(
+    return refuse(
       R.KubeconfigInvalid,
       `${notYaml} (more than ${maxYamlAliasCount} alias expansions, or an unresolved alias)`,
     )
@@ -397,7 +427,7 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
   if (!shaped.success) {
     const issues = shaped.error.issues
     const more = issues.length > 3 ? ` (and ${issues.length - 3} more)` : ""
-    refuse(
+    return refuse(
       R.KubeconfigInvalid,
       `not a valid kubeconfig: ${issues.slice(0, 3).map(issueText).join("; ")}${more}`,
     )
@@ -412,7 +442,8 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
     ["contexts", contexts],
   ] as const) {
     const dup = duplicateName(items)
-    if (dup !== undefined) refuse(R.KubeconfigInvalid, `${list} has more than one entry named ${q(dup)}`)
+    if (dup !== undefined)
+      return refuse(R.KubeconfigInvalid, `${list} has more than one entry named ${q(dup)}`)
   }
 
   // 5. The context: the annotation's, or the only one. current-context is ignored on purpose: it is
@@ -427,14 +458,14 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
   if (wanted !== undefined) {
     ctx = contexts.find((c) => c.name === wanted)
     if (ctx === undefined) {
-      refuse(
+      return refuse(
         R.ContextNotFound,
         `annotation ${contextAnnotation} names context ${q(wanted)}, which the kubeconfig does not define` +
           (contexts.length > 0 ? ` (it has ${names(10)})` : ""),
       )
     }
   } else if (contexts.length > 1) {
-    refuse(
+    return refuse(
       R.ContextAmbiguous,
       `the kubeconfig has ${contexts.length} contexts (${names(10)}); set annotation ${contextAnnotation} ` +
         "on the Secret to the one the hub should use (current-context is not used)",
@@ -448,25 +479,30 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
   const clusterName = context.context.cluster
   const clusterEntry = clusters.find((c) => c.name === clusterName)
   if (clusterEntry === undefined) {
-    refuse(
+    return refuse(
       R.ClusterNotFound,
       `context ${q(contextName)} references cluster ${q(clusterName)}, which is not defined`,
     )
   }
   const userName = orUndefined(context.context.user)
   if (userName === undefined) {
-    refuse(
+    return refuse(
       R.UserNotFound,
       `context ${q(contextName)} names no user; the hub needs credentials for the member`,
     )
   }
   const userEntry = users.find((u) => u.name === userName)
   if (userEntry === undefined) {
-    refuse(R.UserNotFound, `context ${q(contextName)} references user ${q(userName)}, which is not defined`)
+    return refuse(
+      R.UserNotFound,
+      `context ${q(contextName)} references user ${q(userName)}, which is not defined`,
+    )
   }
   // Only the chosen entries are checked further: nothing else from the Secret is ever loaded.
   const cluster = checkCluster(clusterEntry.cluster, `clusters[${q(clusterName)}].cluster`, policy, refuse)
+  if (cluster instanceof Refusal) return cluster
   const user = checkUser(userEntry.user ?? {}, `users[${q(userName)}].user`, policy, refuse)
+  if (user instanceof Refusal) return user
 
   // 6. Expiry, from what the kubeconfig itself carries (exec and auth-provider tokens are unknown here).
   const tokenExpiry = user.token !== undefined ? jwtExpiry(user.token) : undefined
@@ -474,7 +510,7 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
   if (credentialExpiry !== undefined && credentialExpiry.getTime() <= now.getTime()) {
     const which =
       credentialExpiry === tokenExpiry ? "the bearer token (JWT exp)" : "the client certificate (notAfter)"
-    refuse(
+    return refuse(
       R.CredentialsExpired,
       `${which} of user ${q(userName)} expired at ${credentialExpiry.toISOString()}`,
     )
@@ -530,28 +566,45 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted => {
 
 const policyHint = (flag: keyof KubeconfigPolicy) => `refused unless the hub policy sets ${flag}`
 
+/**
+ * Never read, even with allowFilePaths: the hub's own ServiceAccount token and mounted secrets (a Secret
+ * pointing tokenFile there with its own server would receive the hub's identity), and the kernel's file
+ * systems (/proc/self/root/... reaches the same files; /dev/zero never ends).
+ */
+const forbiddenFileRoots = ["/var/run/secrets", "/run/secrets", "/proc", "/dev", "/sys"]
+
 const checkFilePath = (
   path: string | undefined,
   field: string,
   policy: KubeconfigPolicy,
   refuse: Refuse,
-): string | undefined => {
+): string | undefined | Refusal => {
   if (path === undefined) return undefined
   const R = kubeconfigRefusalReasons
   if (!policy.allowFilePaths) {
-    refuse(
+    return refuse(
       R.FilePathRefused,
       `${field} is a file path on the hub, ${policyHint("allowFilePaths")} (embed the data instead)`,
     )
   }
   // There is no kubeconfig directory to resolve against: relative would mean the hub's working directory.
-  if (!isAbsolute(path)) refuse(R.KubeconfigInvalid, `${field} must be an absolute path`)
+  if (!posix.isAbsolute(path)) return refuse(R.KubeconfigInvalid, `${field} must be an absolute path`)
+  // As the kernel will resolve it: no "..", "." or doubled slashes slip past the roots.
+  const resolved = posix.resolve(path)
+  if (forbiddenFileRoots.some((root) => resolved === root || resolved.startsWith(`${root}/`))) {
+    return refuse(
+      R.FilePathRefused,
+      `${field} points into the hub's own secrets or a kernel file system ` +
+        `(${forbiddenFileRoots.join(", ")}), which no kubeconfig may name`,
+    )
+  }
   return path
 }
 
-const parseCert = (data: string, field: string, refuse: Refuse): X509Certificate => {
+const parseCert = (data: string, field: string, refuse: Refuse): X509Certificate | Refusal => {
   const bytes = decodeBase64(data)
-  if (bytes === undefined) refuse(kubeconfigRefusalReasons.KubeconfigInvalid, `${field} is not valid base64`)
+  if (bytes === undefined)
+    return refuse(kubeconfigRefusalReasons.KubeconfigInvalid, `${field} is not valid base64`)
   try {
     return new X509Certificate(bytes)
   } catch {
@@ -563,7 +616,7 @@ const checkCluster = (fields: ClusterFields, at: string, policy: KubeconfigPolic
   const R = kubeconfigRefusalReasons
   // The hub's client talks to the server directly (src/kube/client.ts); a proxy would be bypassed.
   if (orUndefined(fields["proxy-url"]) !== undefined) {
-    refuse(
+    return refuse(
       R.KubeconfigUnsupported,
       `${at}.proxy-url is not supported: the hub connects to member API servers directly`,
     )
@@ -574,37 +627,45 @@ const checkCluster = (fields: ClusterFields, at: string, policy: KubeconfigPolic
     policy,
     refuse,
   )
+  if (caFile instanceof Refusal) return caFile
+  const caData = orUndefined(fields["certificate-authority-data"])
   const skipTLSVerify = fields["insecure-skip-tls-verify"] === true
   if (skipTLSVerify && !policy.allowInsecureSkipTlsVerify) {
-    refuse(
+    return refuse(
       R.InsecureSkipTLSVerifyRefused,
       `${at}.insecure-skip-tls-verify is true, ${policyHint("allowInsecureSkipTlsVerify")}`,
     )
   }
-  // The URL is not echoed: it might carry userinfo.
-  let url: URL | undefined
-  try {
-    url = new URL(fields.server)
-  } catch {
-    refuse(R.KubeconfigInvalid, `${at}.server is not a URL`)
-  }
-  const u = url!
-  if (u.protocol !== "https:" && u.protocol !== "http:")
-    refuse(R.KubeconfigInvalid, `${at}.server must be an https URL`)
-  if (u.hostname === "") refuse(R.KubeconfigInvalid, `${at}.server has no host`)
-  if (u.username !== "" || u.password !== "") {
-    refuse(R.KubeconfigInvalid, `${at}.server must not carry credentials in the URL`)
-  }
-  if (u.search !== "" || u.hash !== "")
-    refuse(R.KubeconfigInvalid, `${at}.server must not have a query or fragment`)
-  if (u.protocol === "http:" && !policy.allowInsecureSkipTlsVerify) {
-    refuse(
-      R.InsecureSkipTLSVerifyRefused,
-      `${at}.server uses plain http, ${policyHint("allowInsecureSkipTlsVerify")}`,
+  // client-go refuses this pair too: which of the two was meant is anybody's guess.
+  if (skipTLSVerify && (caData !== undefined || caFile !== undefined)) {
+    return refuse(
+      R.KubeconfigInvalid,
+      `${at} sets insecure-skip-tls-verify together with a certificate-authority; keep one of them`,
     )
   }
-  const caData = orUndefined(fields["certificate-authority-data"])
-  if (caData !== undefined) parseCert(caData, `${at}.certificate-authority-data`, refuse)
+  // The URL is not echoed: it might carry userinfo.
+  const u = parseUrl(fields.server)
+  if (u === undefined) return refuse(R.KubeconfigInvalid, `${at}.server is not a URL`)
+  // Plain http sends the credentials in clear text: never, whatever the policy allows.
+  if (u.protocol === "http:") {
+    return refuse(
+      R.InsecureSkipTLSVerifyRefused,
+      `${at}.server uses plain http, which is never accepted (credentials would travel in clear ` +
+        "text); use https",
+    )
+  }
+  if (u.protocol !== "https:") return refuse(R.KubeconfigInvalid, `${at}.server must be an https URL`)
+  if (u.hostname === "") return refuse(R.KubeconfigInvalid, `${at}.server has no host`)
+  if (u.username !== "" || u.password !== "") {
+    return refuse(R.KubeconfigInvalid, `${at}.server must not carry credentials in the URL`)
+  }
+  if (u.search !== "" || u.hash !== "") {
+    return refuse(R.KubeconfigInvalid, `${at}.server must not have a query or fragment`)
+  }
+  if (caData !== undefined) {
+    const ca = parseCert(caData, `${at}.certificate-authority-data`, refuse)
+    if (ca instanceof Refusal) return ca
+  }
   const tlsServerName = orUndefined(fields["tls-server-name"])
   // client-node strips one trailing slash too; keep the server exactly as it will be used.
   const server = fields.server.replace(/\/$/, "")
@@ -628,41 +689,58 @@ const checkCluster = (fields: ClusterFields, at: string, policy: KubeconfigPolic
 // client-node's authenticators: these names work; anything else would silently send no credentials.
 const knownAuthProviders = new Set(["oidc", "gcp", "azure", "exec"])
 
+/** Printable ASCII without spaces: what an Authorization header can carry unchanged. */
+const tokenPattern = /^[\x21-\x7e]+$/
+/**
+ * Printable ASCII, inner spaces allowed (user names such as "Jane Doe"): a CR/LF would make Node refuse
+ * the Impersonate-User header on every request, and Node would send other characters as Latin-1 bytes
+ * the API server reads differently.
+ */
+const impersonationPattern = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/
+
 const checkUser = (fields: Partial<UserFields>, at: string, policy: KubeconfigPolicy, refuse: Refuse) => {
   const R = kubeconfigRefusalReasons
-  const invalid: (message: string) => never = (message) => refuse(R.KubeconfigInvalid, message)
+  const invalid = (message: string) => refuse(R.KubeconfigInvalid, message)
 
   // Plugins first: they run code on the hub.
   let exec: z.output<typeof ExecSchema> | undefined
   if (fields.exec !== undefined && fields.exec !== null) {
     if (!policy.allowExec) {
-      refuse(R.ExecPluginRefused, `${at}.exec runs a command on the hub, ${policyHint("allowExec")}`)
+      return refuse(R.ExecPluginRefused, `${at}.exec runs a command on the hub, ${policyHint("allowExec")}`)
     }
     const parsed = ExecSchema.safeParse(fields.exec)
-    if (!parsed.success) invalid(`${at}.exec: ${parsed.error.issues.slice(0, 3).map(issueText).join("; ")}`)
+    if (!parsed.success) {
+      return invalid(`${at}.exec: ${parsed.error.issues.slice(0, 3).map(issueText).join("; ")}`)
+    }
     exec = parsed.data
   }
   let authProvider: z.output<typeof AuthProviderSchema> | undefined
   if (fields["auth-provider"] !== undefined && fields["auth-provider"] !== null) {
     if (!policy.allowAuthProvider) {
-      refuse(R.AuthProviderRefused, `${at}.auth-provider is set, ${policyHint("allowAuthProvider")}`)
+      return refuse(R.AuthProviderRefused, `${at}.auth-provider is set, ${policyHint("allowAuthProvider")}`)
     }
     const parsed = AuthProviderSchema.safeParse(fields["auth-provider"])
-    if (!parsed.success)
-      invalid(`${at}.auth-provider: ${parsed.error.issues.slice(0, 3).map(issueText).join("; ")}`)
+    if (!parsed.success) {
+      return invalid(`${at}.auth-provider: ${parsed.error.issues.slice(0, 3).map(issueText).join("; ")}`)
+    }
     const ap = parsed.data
     authProvider = ap
     const config = ap.config ?? {}
     // gcp and azure run cmd-path; name exec or config.exec run a plugin: all of that is exec.
     if ((ap.name === "exec" || config.exec != null || config["cmd-path"] != null) && !policy.allowExec) {
-      refuse(R.ExecPluginRefused, `${at}.auth-provider runs a command on the hub, ${policyHint("allowExec")}`)
+      return refuse(
+        R.ExecPluginRefused,
+        `${at}.auth-provider runs a command on the hub, ${policyHint("allowExec")}`,
+      )
     }
     const tokenFilePath = config.tokenFile
     if (tokenFilePath !== undefined && tokenFilePath !== null) {
-      if (typeof tokenFilePath !== "string") invalid(`${at}.auth-provider.config.tokenFile: expected string`)
-      checkFilePath(tokenFilePath, `${at}.auth-provider.config.tokenFile`, policy, refuse)
+      if (typeof tokenFilePath !== "string")
+        return invalid(`${at}.auth-provider.config.tokenFile: expected string`)
+      const checked = checkFilePath(tokenFilePath, `${at}.auth-provider.config.tokenFile`, policy, refuse)
+      if (checked instanceof Refusal) return checked
     } else if (!knownAuthProviders.has(ap.name)) {
-      refuse(
+      return refuse(
         R.KubeconfigUnsupported,
         `${at}.auth-provider ${q(ap.name)} is not supported (oidc, gcp, azure, exec)`,
       )
@@ -675,23 +753,33 @@ const checkUser = (fields: Partial<UserFields>, at: string, policy: KubeconfigPo
     policy,
     refuse,
   )
+  if (certFile instanceof Refusal) return certFile
   const keyFile = checkFilePath(orUndefined(fields["client-key"]), `${at}.client-key`, policy, refuse)
-  const tokenFile =
-    checkFilePath(orUndefined(fields.tokenFile), `${at}.tokenFile`, policy, refuse) ??
-    checkFilePath(orUndefined(fields["token-file"]), `${at}.token-file`, policy, refuse)
+  if (keyFile instanceof Refusal) return keyFile
+  const tokenFileField = checkFilePath(orUndefined(fields.tokenFile), `${at}.tokenFile`, policy, refuse)
+  if (tokenFileField instanceof Refusal) return tokenFileField
+  const tokenFileDashed = checkFilePath(orUndefined(fields["token-file"]), `${at}.token-file`, policy, refuse)
+  if (tokenFileDashed instanceof Refusal) return tokenFileDashed
+  const tokenFile = tokenFileField ?? tokenFileDashed
 
   // Ignoring these would make the hub act with more rights than the kubeconfig grants.
   for (const key of ["as-uid", "as-groups", "as-user-extra"] as const) {
     const v = fields[key]
     if (v !== undefined && v !== null && v !== "" && !(Array.isArray(v) && v.length === 0)) {
-      refuse(R.KubeconfigUnsupported, `${at}.${key} is not supported (only "as" impersonation is)`)
+      return refuse(R.KubeconfigUnsupported, `${at}.${key} is not supported (only "as" impersonation is)`)
     }
   }
 
   const token = orUndefined(fields.token)
   // A newline or space would break the Authorization header (and is usually a copy-paste accident).
-  if (token !== undefined && !/^[\x21-\x7e]+$/.test(token)) {
-    invalid(`${at}.token contains whitespace or non-printable characters`)
+  if (token !== undefined && !tokenPattern.test(token)) {
+    return invalid(`${at}.token contains whitespace or non-printable characters`)
+  }
+  const impersonateUser = orUndefined(fields.as)
+  if (impersonateUser !== undefined && !impersonationPattern.test(impersonateUser)) {
+    return invalid(
+      `${at}.as must be printable ASCII without control characters or leading and trailing spaces`,
+    )
   }
 
   const certData = orUndefined(fields["client-certificate-data"])
@@ -699,37 +787,38 @@ const checkUser = (fields: Partial<UserFields>, at: string, policy: KubeconfigPo
   let certNotAfter: Date | undefined
   let cert: X509Certificate | undefined
   if (certData !== undefined) {
-    cert = parseCert(certData, `${at}.client-certificate-data`, refuse)
+    const parsed = parseCert(certData, `${at}.client-certificate-data`, refuse)
+    if (parsed instanceof Refusal) return parsed
+    cert = parsed
     certNotAfter = cert.validToDate
   }
   let key: KeyObject | undefined
   if (keyData !== undefined) {
     const bytes = decodeBase64(keyData)
-    if (bytes === undefined) invalid(`${at}.client-key-data is not valid base64`)
+    if (bytes === undefined) return invalid(`${at}.client-key-data is not valid base64`)
     try {
       key = createPrivateKey(bytes)
     } catch {
-      invalid(`${at}.client-key-data is not a PEM or DER private key`)
+      return invalid(`${at}.client-key-data is not a PEM or DER private key`)
     }
   }
   const hasCert = certData !== undefined || certFile !== undefined
   const hasKey = keyData !== undefined || keyFile !== undefined
-  if (hasCert && !hasKey) invalid(`${at} has a client certificate but no client key`)
-  if (hasKey && !hasCert) invalid(`${at} has a client key but no client certificate`)
+  if (hasCert && !hasKey) return invalid(`${at} has a client certificate but no client key`)
+  if (hasKey && !hasCert) return invalid(`${at} has a client key but no client certificate`)
   if (cert !== undefined && key !== undefined && !cert.checkPrivateKey(key)) {
-    invalid(`${at}.client-key-data does not match ${at}.client-certificate-data`)
+    return invalid(`${at}.client-key-data does not match ${at}.client-certificate-data`)
   }
 
   const username = orUndefined(fields.username)
   const password = orUndefined(fields.password)
-  const impersonateUser = orUndefined(fields.as)
 
   // client-node has no tokenFile field on User: its FileAuth reads auth-provider config.tokenFile
   // (re-read every 60 s, like client-go). A literal token wins, as in client-go.
   let effectiveAuthProvider: unknown = authProvider
   if (tokenFile !== undefined && token === undefined) {
     if (authProvider !== undefined) {
-      refuse(R.KubeconfigUnsupported, `${at} has both a token file and an auth-provider`)
+      return refuse(R.KubeconfigUnsupported, `${at} has both a token file and an auth-provider`)
     }
     effectiveAuthProvider = { name: "tokenFile", config: { tokenFile } }
   }
@@ -741,7 +830,7 @@ const checkUser = (fields: Partial<UserFields>, at: string, policy: KubeconfigPo
     exec !== undefined ||
     effectiveAuthProvider !== undefined
   if (!hasCredentials) {
-    refuse(
+    return refuse(
       R.CredentialsMissing,
       `${at} has no credentials (token, client certificate and key, basic auth, exec or auth-provider)`,
     )
@@ -774,97 +863,4 @@ const checkUser = (fields: Partial<UserFields>, at: string, policy: KubeconfigPo
     "auth-provider": authProvider,
   }
   return { kube, canonical, token, certNotAfter }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Redaction of upstream error text (client-node, TLS, HTTP) before it is logged or written to status.
-
-// Keys under users[].user whose values are not secret; every other string there is treated as one.
-const publicUserKeys = new Set([
-  "name",
-  "as",
-  "as-uid",
-  "as-groups",
-  "username",
-  "client-certificate",
-  "client-key",
-  "tokenFile",
-  "token-file",
-  "command",
-  "apiVersion",
-  "interactiveMode",
-  "installHint",
-  "provideClusterInfo",
-  "cmd-path",
-  "idp-issuer-url",
-  "client-id",
-])
-const secretKeyPattern =
-  /^\s*-?\s*["']?(token|password|[A-Za-z-]+-data|id-token|refresh-token|access-token|client-secret)["']?\s*:\s*(.+?)\s*$/gm
-const minSecretLength = 4
-const redacted = "[REDACTED]"
-
-const collectSecrets = (text: string, into: Set<string>): void => {
-  const add = (v: string) => {
-    const value = v.trim()
-    if (value.length < minSecretLength) return
-    into.add(value)
-    // *-data values are base64 PEM: an error may quote the decoded PEM or one of its lines.
-    const decoded = decodeBase64(value)?.toString("utf8")
-    if (decoded?.includes("-----BEGIN")) {
-      into.add(decoded.trim())
-      for (const line of decoded.split(/\r?\n/))
-        if (line.length >= 16 && !line.startsWith("-----")) into.add(line)
-    }
-  }
-  // Line scan first: it works even when the document does not parse.
-  for (const m of text.matchAll(secretKeyPattern)) {
-    const v = m[2] ?? ""
-    add(v.replace(/^["']|["']$/g, ""))
-  }
-  try {
-    for (const doc of parseAllDocuments(text, yamlOptions)) {
-      if (doc.errors.length > 0) continue
-      const js: unknown = doc.toJS({ maxAliasCount: maxYamlAliasCount })
-      const users = (js as { users?: unknown } | null)?.users
-      if (!Array.isArray(users)) continue
-      const walk = (v: unknown, key: string): void => {
-        if (typeof v === "string") {
-          if (!publicUserKeys.has(key)) add(v)
-        } else if (Array.isArray(v)) {
-          for (const x of v) walk(x, key)
-        } else if (v !== null && typeof v === "object") {
-          for (const [k, x] of Object.entries(v)) walk(x, k)
-        }
-      }
-      for (const u of users) walk((u as { user?: unknown } | null)?.user, "user")
-    }
-  } catch {
-    // The line scan above already ran.
-  }
-}
-
-/**
- * Removes credential material of this kubeconfig (tokens, passwords, keys, certificate data, exec
- * env and args, auth-provider secrets) from an error text, plus anything shaped like a PEM block, a
- * JWT or an Authorization header value. kubeconfigText is the decoded kubeconfig (its base64 form
- * from Secret.data works too).
- */
-export const redact = (text: string, kubeconfigText: string): string => {
-  const secrets = new Set<string>()
-  collectSecrets(kubeconfigText, secrets)
-  const decoded = decodeBase64(kubeconfigText.trim())
-  if (decoded !== undefined && decoded.length > 0) {
-    collectSecrets(decoded.toString("utf8"), secrets)
-    secrets.add(kubeconfigText.trim())
-  } else if (kubeconfigText.length >= minSecretLength) {
-    secrets.add(Buffer.from(kubeconfigText, "utf8").toString("base64"))
-  }
-  let out = text
-  // Longest first, so a value that contains another is removed whole.
-  for (const s of [...secrets].sort((a, b) => b.length - a.length)) out = out.split(s).join(redacted)
-  return out
-    .replace(/-----BEGIN [A-Z0-9 ]+-----[\s\S]*?(-----END [A-Z0-9 ]+-----|$)/g, redacted)
-    .replace(/\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/g, redacted)
-    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi, `$1 ${redacted}`)
 }

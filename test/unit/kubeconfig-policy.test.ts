@@ -15,7 +15,6 @@ import {
   kubeconfigRefusalReasons,
   maxKubeconfigBytes,
   parseNamespaces,
-  redact,
 } from "../../src/kubeconfig/policy.ts"
 
 // Throwaway self-signed material made with openssl for these tests only (see fixtures/README.md).
@@ -469,6 +468,42 @@ describe("checkKubeconfig: policy", () => {
     })
   }
 
+  it("refuses paths into the hub's own secrets and kernel file systems, even with file paths allowed", () => {
+    const allowed = { policy: { allowFilePaths: true, allowAuthProvider: true } }
+    const paths = [
+      "/var/run/secrets/kubernetes.io/serviceaccount/token",
+      "/run/secrets/kubernetes.io/serviceaccount/token",
+      "/var/run/secrets",
+      "/var/run/../run/secrets/kubernetes.io/serviceaccount/ca.crt",
+      "//var/run/secrets/x",
+      "/var/run/./secrets/x",
+      "/proc/self/root/var/run/secrets/kubernetes.io/serviceaccount/token",
+      "/dev/zero",
+      "/sys/kernel/x",
+    ]
+    for (const path of paths) {
+      for (const fields of [
+        { user: { tokenFile: path } },
+        { user: { "token-file": path } },
+        { user: { "auth-provider": { name: "tokenFile", config: { tokenFile: path } } } },
+        { user: { "client-certificate": path, "client-key": "/etc/tls.key" } },
+        { cluster: { "certificate-authority-data": null, "certificate-authority": path } },
+      ]) {
+        const doc = kubeconfig({
+          users: [userOnly("hub", fields.user ?? { token })],
+          clusters: [cluster("member", fields.cluster ?? {})],
+        })
+        const msg = refused(run(doc, allowed), R.FilePathRefused)
+        assert.include(msg, "the hub's own secrets or a kernel file system")
+        // The message names the field and the refused roots, never the path as written.
+        if (path !== "/var/run/secrets") assert.notInclude(msg, path)
+      }
+    }
+    // Neighbours are fine: only those trees are refused.
+    accepted(run(withUser({ tokenFile: "/var/run/secrets-mine/token" }), allowed))
+    accepted(run(withUser({ tokenFile: "/etc/fleetcheck/members/token" }), allowed))
+  })
+
   it("loads allowed file paths into client-node, and refuses relative ones", () => {
     const ok = accepted(
       run(
@@ -498,6 +533,21 @@ describe("checkKubeconfig: policy", () => {
     )
   })
 
+  it("refuses insecure-skip-tls-verify together with a CA, even when allowed (as client-go does)", () => {
+    const allowed = { policy: { allowInsecureSkipTlsVerify: true } }
+    const withCa = withCluster({ "insecure-skip-tls-verify": true })
+    assert.include(refused(run(withCa, allowed), R.KubeconfigInvalid), "certificate-authority")
+    const withCaFile = withCluster({
+      "insecure-skip-tls-verify": true,
+      "certificate-authority-data": null,
+      "certificate-authority": "/etc/ca.crt",
+    })
+    refused(
+      run(withCaFile, { policy: { allowInsecureSkipTlsVerify: true, allowFilePaths: true } }),
+      R.KubeconfigInvalid,
+    )
+  })
+
   it("refuses insecure-skip-tls-verify unless allowed", () => {
     const insecure = withCluster({ "insecure-skip-tls-verify": true, "certificate-authority-data": null })
     assert.include(refused(run(insecure), R.InsecureSkipTLSVerifyRefused), "insecure-skip-tls-verify")
@@ -506,13 +556,15 @@ describe("checkKubeconfig: policy", () => {
     accepted(run(withCluster({ "insecure-skip-tls-verify": false })))
   })
 
-  it("requires an https server with a host; plain http only when insecure is allowed", () => {
+  it("requires an https server with a host; plain http never, not even when insecure is allowed", () => {
     const http = withCluster({ server: "http://member-1.example:8080" })
     assert.include(refused(run(http), R.InsecureSkipTLSVerifyRefused), "plain http")
-    assert.strictEqual(
-      accepted(run(http, { policy: { allowInsecureSkipTlsVerify: true } })).server,
-      "http://member-1.example:8080",
+    const stillRefused = refused(
+      run(http, { policy: { allowInsecureSkipTlsVerify: true } }),
+      R.InsecureSkipTLSVerifyRefused,
     )
+    assert.include(stillRefused, "plain http")
+    assert.notInclude(stillRefused, "allowInsecureSkipTlsVerify")
     refused(run(withCluster({ server: "ftp://member-1.example" })), R.KubeconfigInvalid)
     refused(run(withCluster({ server: "member-1.example:6443" })), R.KubeconfigInvalid)
     refused(run(withCluster({ server: "not a url" })), R.KubeconfigInvalid)
@@ -544,6 +596,24 @@ describe("checkKubeconfig: credentials", () => {
     refused(run(kubeconfig({ users: [{ name: "hub" }] })), R.CredentialsMissing)
     refused(run(withUser({ username: "admin" })), R.CredentialsMissing)
     refused(run(withUser({ token: "" })), R.CredentialsMissing)
+  })
+
+  it("refuses an impersonation value (as) with CR/LF, control or non-ASCII characters", () => {
+    for (const as of [
+      "evil\r\nX-Injected: 1",
+      "a\nb",
+      "tab\there",
+      "jos\u00e9",
+      "\u30e6\u30fc\u30b6",
+      " lead",
+      "trail ",
+    ]) {
+      const msg = refused(run(withUser({ token, as })), R.KubeconfigInvalid)
+      assert.include(msg, ".as ")
+      assert.notInclude(msg, "evil")
+    }
+    const ok = accepted(run(withUser({ token, as: "system:serviceaccount:ops:Jane Doe" })))
+    assert.strictEqual(ok.kubeConfig.getCurrentUser()?.impersonateUser, "system:serviceaccount:ops:Jane Doe")
   })
 
   it("refuses a token with whitespace or control characters", () => {
@@ -656,60 +726,5 @@ describe("credentialsExpiringSoon", () => {
     assert.isTrue(credentialsExpiringSoon(new Date(now.getTime() + 6 * day), now))
     assert.isTrue(credentialsExpiringSoon(new Date(now.getTime() - day), now))
     assert.isFalse(credentialsExpiringSoon(new Date(now.getTime() + 2 * day), now, day))
-  })
-})
-
-describe("redact", () => {
-  const idToken = jwt({ sub: "someone", exp: 1 })
-  const kubeconfigText = stringify(
-    kubeconfig({
-      users: [
-        user("hub", { "client-certificate-data": certData, "client-key-data": keyData }),
-        userOnly("basic", { username: "admin", password }),
-        userOnly("exec", {
-          exec: { command: "aws", env: [{ name: "AWS_SECRET", value: "SENTINEL-env-value" }] },
-        }),
-        userOnly("oidc", {
-          "auth-provider": {
-            name: "oidc",
-            config: { "refresh-token": "SENTINEL-refresh", "id-token": idToken },
-          },
-        }),
-      ],
-    }),
-  )
-  const leaky = [
-    `request failed: Authorization: Bearer ${token}`,
-    `auth admin:${password}`,
-    `key ${keyData}`,
-    `pem ${clientKeyPem}`,
-    "env SENTINEL-env-value",
-    "refresh SENTINEL-refresh",
-    `id ${idToken}`,
-    "connect ECONNREFUSED 10.0.0.1:6443",
-  ].join("\n")
-
-  it("removes every credential of the kubeconfig and keeps the rest", () => {
-    const out = redact(leaky, kubeconfigText)
-    assertNoSecrets(out)
-    assert.include(out, "connect ECONNREFUSED 10.0.0.1:6443")
-    assert.include(out, "[REDACTED]")
-  })
-
-  it("accepts the kubeconfig in its Secret.data (base64) form", () => {
-    assertNoSecrets(redact(leaky, b64(kubeconfigText)))
-  })
-
-  it("still removes token-like values when the kubeconfig does not parse", () => {
-    const broken = `users:\n- name: hub\n  user:\n    token: ${token}\n   oops: : [`
-    assert.notInclude(redact(`failed with ${token} in it`, broken), token)
-  })
-
-  it("removes PEM blocks, JWTs and Authorization values of any origin", () => {
-    const out = redact(`x ${clientKeyPem} y eyJhbGciOi.eyJzdWIi.sig Bearer abc.def Basic dXNlcjpwdw==`, "")
-    assert.notInclude(out, "BEGIN PRIVATE KEY")
-    assert.notInclude(out, "eyJ")
-    assert.notInclude(out, "abc.def")
-    assert.notInclude(out, "dXNlcjpwdw==")
   })
 })
