@@ -165,8 +165,10 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
         report(panic ? "panic" : "error")
         return Effect.logError(
           panic ? "reconciler panicked; requeued with backoff" : "reconcile failed; requeued with backoff",
-          Cause.pretty(cause),
-        ).pipe(Effect.annotateLogs(fields), Effect.andThen(queue.addRateLimited(key)))
+        ).pipe(
+          Effect.annotateLogs({ ...fields, error: Cause.pretty(cause) }),
+          Effect.andThen(queue.addRateLimited(key)),
+        )
       }),
     )
   }
