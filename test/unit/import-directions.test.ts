@@ -1,0 +1,101 @@
+// The folders' arrows point one way (ADR 0006, README layout): generic machinery never imports the
+// product, the API imports nothing but itself, and tests set up fleets through the harness, never
+// through CLI modules. Read from the sources' own import statements.
+import { readdirSync, readFileSync, statSync } from "node:fs"
+import { dirname, join, relative, resolve } from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+
+const root = resolve(dirname(new URL(import.meta.url).pathname), "../..")
+
+const files = (dir: string): string[] =>
+  readdirSync(join(root, dir)).flatMap((name) => {
+    const path = join(dir, name)
+    if (statSync(join(root, path)).isDirectory()) return name === "node_modules" ? [] : files(path)
+    return path.endsWith(".ts") ? [path] : []
+  })
+
+/** Every project file a source file imports (static, re-exports and dynamic), as root-relative paths. */
+const importsOf = (file: string): string[] => {
+  const text = readFileSync(join(root, file), "utf8")
+  const specs = [
+    ...text.matchAll(/^\s*(?:import|export)\b[^"'`;]*?from\s*["']([^"']+)["']/gm),
+    ...text.matchAll(/^\s*import\s*["']([^"']+)["']/gm),
+    ...text.matchAll(/\bimport\(\s*["']([^"']+)["']\s*\)/g),
+  ].map((m) => m[1]!)
+  return specs
+    .filter((s) => s.startsWith("."))
+    .map((s) => relative(root, resolve(dirname(join(root, file)), s)))
+}
+
+const violations = (from: string, allowed: (target: string, file: string) => boolean) =>
+  files(from).flatMap((file) =>
+    importsOf(file)
+      .filter((target) => !allowed(target, file))
+      .map((target) => `${file} → ${target}`),
+  )
+
+const under = (target: string, ...dirs: string[]) => dirs.some((d) => target.startsWith(`${d}/`))
+
+describe("import directions", () => {
+  it("src/engine is generic: it imports only itself and the REST client", () => {
+    assert.deepStrictEqual(
+      violations("src/engine", (t) => under(t, "src/engine", "src/kube")),
+      [],
+    )
+  })
+
+  it("src/api imports nothing but src/api", () => {
+    assert.deepStrictEqual(
+      violations("src/api", (t) => under(t, "src/api")),
+      [],
+    )
+  })
+
+  it("src/kube imports only itself and the API's names", () => {
+    assert.deepStrictEqual(
+      violations("src/kube", (t) => under(t, "src/kube") || t === "src/api/names.ts"),
+      [],
+    )
+  })
+
+  it("the reconciler and the kubeconfig policy never reach up into the hub or the CLI", () => {
+    for (const dir of ["src/reconcile", "src/kubeconfig", "src/observability"]) {
+      assert.deepStrictEqual(
+        violations(dir, (t) => !under(t, "src/hub", "src/cli")),
+        [],
+      )
+    }
+  })
+
+  it("only the CLI imports the CLI, and only `fleetcheck dev` loads the local-fleet harness (lazily)", () => {
+    assert.deepStrictEqual(
+      violations("src", (t, file) => {
+        if (under(t, "src/cli")) return under(file, "src/cli")
+        if (under(t, "clusters")) return file === "src/cli/dev.ts"
+        return true
+      }),
+      [],
+    )
+    const dev = readFileSync(join(root, "src/cli/dev.ts"), "utf8")
+    assert.notMatch(
+      dev,
+      /^import\s[^"']*from\s*["'][^"']*clusters\/local-fleet/m,
+      "dev.ts imports the harness dynamically",
+    )
+  })
+
+  it("tests and benchmarks set up fleets through the harness, not through CLI modules", () => {
+    // Tests of a command itself may import it; nothing else may.
+    const cliTests = new Set([
+      "test/unit/config.test.ts",
+      "test/unit/status.test.ts",
+      "test/unit/register-args.test.ts",
+      "test/integration/register.test.ts",
+      "test/integration/truth-table.test.ts",
+    ])
+    assert.deepStrictEqual(
+      violations("test", (t, file) => !under(t, "src/cli") || cliTests.has(file)),
+      [],
+    )
+  })
+})
