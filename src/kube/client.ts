@@ -572,6 +572,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
           (text) => fail(apiError("GET", path, status, text, parseRetryAfter(res.headers["retry-after"]))),
           () => fail(tooLarge("GET", path, `the HTTP ${status} body`, maxErrorBodyBytes)),
         )
+        res.on("error", (e) => fail(nodeError("GET", path, e)))
+        res.on("close", () => fail(transportError("GET", path, `HTTP ${status} body cut off`, "Closed")))
         return
       }
       arm()

@@ -133,6 +133,26 @@ describe("kube client limits", () => {
     }
   })
 
+  it("fails a watch at once when its error body is cut off, instead of waiting for the deadline", async () => {
+    const srv = await scripted((_req, res) => {
+      res.writeHead(503, { "content-length": "1000" })
+      res.write('{"kind":"Status"')
+      setTimeout(() => res.socket?.destroy(), 50)
+    })
+    try {
+      const t0 = Date.now()
+      const exit = await withClient(srv.kubeconfig, { requestTimeoutMs: 20_000 }, (c) =>
+        Effect.runPromiseExit(Stream.runDrain(c.watch("/api/v1/configmaps", {}))),
+      )
+      const err = failureOf(exit)
+      expect(err).toBeInstanceOf(KubeTransportError)
+      expect(["Closed", "ECONNRESET"]).toContain(err instanceof KubeTransportError ? err.code : undefined)
+      expect(Date.now() - t0).toBeLessThan(5_000)
+    } finally {
+      await srv.stop()
+    }
+  })
+
   it("fails a watch line that grows past the frame limit without a newline", async () => {
     let written: Promise<number> = Promise.resolve(0)
     const srv = await scripted((_req, res) => {
