@@ -226,7 +226,30 @@ describe("hub wiring", () => {
       100,
     )
     const goneMs = Date.now() - gone
+    // Down long enough for the informers' backoff to grow (0.8 s doubling to 30 s), then back: a check
+    // created at once must verify in about a probe interval, not after the watch's backoff ran out.
+    await sleep(Math.max(0, 30_000 - (Date.now() - gone)))
     await member.startApiServer()
+    const back = Date.now()
+    expect(
+      (
+        await member.api(
+          "POST",
+          `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`,
+          check("after-outage"),
+        )
+      ).status,
+    ).toBe(201)
+    // The hub's part: it sees the new check and creates its restore Job (the member's own controllers
+    // and kwok have their own reconnect backoff before the pod runs; that is not the hub's to shorten).
+    await waitUntil("the hub to create the new check's restore Job", 90_000, async () => {
+      const jobs = await member.api(
+        "GET",
+        `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=fleetcheck.io/backupcheck=after-outage`,
+      )
+      return jobs.body?.items?.length === 1
+    })
+    const recoverMs = Date.now() - back
     await waitUntil("m1 connected again", 60_000, async () => (await connected()) === "True")
     // Hung: the API server still accepts connections and never answers.
     await sleep(3_000)
@@ -244,9 +267,10 @@ describe("hub wiring", () => {
     }
     const frozenMs = Date.now() - frozen
     process.stderr.write(
-      `dead member with default probes (${defaultHubConfig.probeIntervalMs / 1000} s × ${defaultHubConfig.probeFailureThreshold}): exited → Connected=False ${goneMs} ms; frozen → ${frozenMs} ms\n`,
+      `dead member with default probes (${defaultHubConfig.probeIntervalMs / 1000} s × ${defaultHubConfig.probeFailureThreshold}): exited → Connected=False ${goneMs} ms; frozen → ${frozenMs} ms; back after 30 s down → new check's restore Job created ${recoverMs} ms\n`,
     )
     expect(goneMs).toBeLessThan(15_000)
+    expect(recoverMs).toBeLessThan(20_000)
     await waitUntil("m1 connected after the thaw", 60_000, async () => (await connected()) === "True")
     await hub.stop()
     hubs.pop()
