@@ -31,11 +31,14 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   })
   const members = Number(values.members)
   const port = Number(values.port)
-  if (!Number.isInteger(members) || members < 1 || members > 20) {
-    throw new Error(`--members must be an integer from 1 to 20, got ${JSON.stringify(values.members)}`)
+  const bad = (message: string) => {
+    process.stderr.write(`fleetcheck dev: ${message}\n\n${devUsage}`)
+    return 2
   }
+  if (!Number.isInteger(members) || members < 1 || members > 20)
+    return bad(`--members must be an integer from 1 to 20, got ${JSON.stringify(values.members)}`)
   if (!Number.isInteger(port) || port < 0 || port > 65535)
-    throw new Error(`--port must be a TCP port, got ${values.port}`)
+    return bad(`--port must be a TCP port, got ${JSON.stringify(values.port)}`)
   // The harness is loaded here, not at the top: `fleetcheck hub` never loads it.
   const { prepareFleet, startFleet } = await import("../../clusters/local-fleet/index.ts")
   const names = ["hub", ...Array.from({ length: members }, (_, i) => `member-${i + 1}`)]

@@ -33,7 +33,19 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
     process.stdout.write(hubUsage)
     return 0
   }
-  const hub = await launchHub({ config: parseHubFlags(args, process.env), processMetrics: true })
+  const config = (() => {
+    try {
+      return parseHubFlags(args, process.env)
+    } catch (e) {
+      // node:util parseArgs (unknown flag) and the schema (bad value) both end here: a usage error.
+      return e instanceof Error ? e : new Error(String(e))
+    }
+  })()
+  if (config instanceof Error) {
+    process.stderr.write(`fleetcheck hub: ${config.message}\n(fleetcheck hub --help lists every setting)\n`)
+    return 2
+  }
+  const hub = await launchHub({ config, processMetrics: true })
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stderr.write(

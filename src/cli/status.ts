@@ -91,22 +91,29 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck status: -o must be table or json\n\n${statusUsage}`)
     return 2
   }
-  let body: unknown
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(10_000) })
-    const text = await res.text()
-    if (!res.ok) {
-      // A standby or syncing hub answers 503 and says why (and who leads): that is not "all good".
-      const why = /^\{/.test(text) ? String(JSON.parse(text).message ?? "") : ""
-      throw new Error(`HTTP ${res.status}${why ? `: ${terminalSafe(why)}` : ""}`)
-    }
-    body = JSON.parse(text)
-  } catch (e) {
-    process.stderr.write(
-      `fleetcheck status: cannot read ${url.href}: ${e instanceof Error ? e.message : String(e)}\n`,
-    )
+  const cannotRead = (why: string) => {
+    process.stderr.write(`fleetcheck status: cannot read ${url.href}: ${terminalSafe(why)}\n`)
     return 3
   }
+  const answer = await fetch(url, { signal: AbortSignal.timeout(10_000) }).then(
+    async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
+    (e: unknown) => (e instanceof Error ? e.message : String(e)),
+  )
+  if (typeof answer === "string") return cannotRead(answer)
+  const json = (() => {
+    try {
+      return { value: JSON.parse(answer.text) as unknown }
+    } catch {
+      return undefined
+    }
+  })()
+  if (!answer.ok) {
+    // A standby or syncing hub answers 503 and says why (and who leads): that is not "all good".
+    const why = (json?.value as { message?: unknown } | undefined)?.message
+    return cannotRead(`HTTP ${answer.status}${typeof why === "string" ? `: ${why}` : ""}`)
+  }
+  if (json === undefined) return cannotRead("the answer is not JSON")
+  const body = json.value
   const parsed = FleetViewSchema.safeParse(body)
   if (!parsed.success) {
     process.stderr.write(
