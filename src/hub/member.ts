@@ -7,7 +7,7 @@ import { Clock, Deferred, Effect, type Scope } from "effect"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
-import { isNotFound, KubeApiError, type KubeClient, type KubeError } from "../kube/client.ts"
+import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient, type KubeError } from "../kube/client.ts"
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import type { HubConfig } from "./config.ts"
@@ -62,16 +62,23 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
     .request<MemberCluster>({ method: "GET", path: memberClusterPath(entry.name) })
     .pipe(Effect.catchIf(isNotFound, () => Effect.succeed(undefined)))
   if (!current) {
-    current = yield* hubClient.request<MemberCluster>({
-      method: "POST",
-      path: pathOf(memberClusters),
-      body: {
-        apiVersion,
-        kind: "MemberCluster",
-        metadata: { name: entry.name, labels: entry.labels },
-        spec: {},
-      },
-    })
+    // The registration controller and the member's status loop may both create it: the loser reads it.
+    current = yield* hubClient
+      .request<MemberCluster>({
+        method: "POST",
+        path: pathOf(memberClusters),
+        body: {
+          apiVersion,
+          kind: "MemberCluster",
+          metadata: { name: entry.name, labels: entry.labels },
+          spec: {},
+        },
+      })
+      .pipe(
+        Effect.catchIf(isAlreadyExists, () =>
+          hubClient.request<MemberCluster>({ method: "GET", path: memberClusterPath(entry.name) }),
+        ),
+      )
   } else if (JSON.stringify(current.metadata.labels ?? {}) !== JSON.stringify(entry.labels)) {
     const removed = Object.fromEntries(
       Object.keys(current.metadata.labels ?? {})

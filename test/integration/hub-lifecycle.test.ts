@@ -156,6 +156,11 @@ describe("hub wiring", () => {
       const stoppedAfterMs = Date.now() - stolenAt
       process.stderr.write(`lost lease → member work stopped: ${stoppedAfterMs} ms\n`)
       expect(stoppedAfterMs).toBeLessThan(4_000)
+      // A former leader exports nothing about members or checks: no frozen green next to the new leader's.
+      const series = (await (await fetch(`${hub.url}/metrics`)).text())
+        .split("\n")
+        .filter((l) => /^(fleetcheck_backupcheck_verified|fleetcheck_member_cluster_connected)\{/.test(l))
+      expect(series).toEqual([])
       await hub.stop()
       hubs.pop()
     } finally {
