@@ -12,7 +12,7 @@ import {
 import { namespacesAnnotation, registrationLabel } from "../../src/api/names.ts"
 import { backupChecks, pathOf, secrets } from "../../src/kube/resources.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
-import { type Proxy, startProxy } from "../support/tcp-proxy.ts"
+import { startProxy, type TcpProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const hung = Array.from({ length: 8 }, (_, i) => `hung-${i + 1}`)
@@ -32,7 +32,7 @@ describe("fairness across members", () => {
   let hubCluster: LocalCluster
   let member: LocalCluster
   let hub: RunningHub
-  const proxies: Proxy[] = []
+  const proxies: TcpProxy[] = []
 
   const register = async (name: string, server: string, namespace: string) => {
     const kubeconfig = renderKubeconfig(name, server, member.caPem, member.adminToken)

@@ -14,7 +14,7 @@ import {
 import { hubLeaseName } from "../../src/api/names.ts"
 import { type LeaderElector, type Lease, makeLeaderElector } from "../../src/hub/leader-election.ts"
 import { type KubeClient, makeKubeClient } from "../../src/kube/client.ts"
-import { type Proxy, startProxy } from "../support/tcp-proxy.ts"
+import { startProxy, type TcpProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const namespace = "fleetcheck-system"
@@ -38,7 +38,7 @@ interface LogLine {
 interface TestElector {
   readonly id: string
   readonly elector: LeaderElector
-  readonly proxy: Proxy
+  readonly proxy: TcpProxy
   /** Start times of this elector's successful Lease writes (create, renew, take over, release). */
   readonly writes: number[]
   readonly logs: LogLine[]

@@ -55,4 +55,4 @@ export const startProxy = async (targetPort: number) => {
       }),
   }
 }
-export type Proxy = Awaited<ReturnType<typeof startProxy>>
+export type TcpProxy = Awaited<ReturnType<typeof startProxy>>
