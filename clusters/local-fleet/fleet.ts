@@ -2,6 +2,8 @@
 // cluster (distinct --etcd-prefix, loopback only, token-authenticated admin kubeconfig) and, per
 // cluster, optionally kube-controller-manager, kube-scheduler and kwok so Job pods run and finish the
 // way their annotations ask (see kwok-stages.yaml). Start one fleet per test file, not per test.
+// Optional per cluster: API server audit logs of every write (audit.ts) and extra token users, each
+// with its own kubeconfig, so several clients of one cluster are told apart in those logs.
 
 import { execFile } from "node:child_process"
 import { generateKeyPairSync, randomBytes } from "node:crypto"
@@ -10,8 +12,14 @@ import { request } from "node:https"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { type AuditEvent, auditFlags, auditPolicy, readAuditLog } from "./audit.ts"
 import { ensureBinaries } from "./binaries.ts"
-import { type ManagedProcess, makeProcessRegistry, type ProcessRegistry } from "./processes.ts"
+import {
+  type ManagedProcess,
+  makeProcessRegistry,
+  type ProcessRegistry,
+  type StartOptions,
+} from "./processes.ts"
 
 export interface ClusterOptions {
   readonly name: string
@@ -19,6 +27,10 @@ export interface ClusterOptions {
   readonly controllerManager?: boolean
   /** kube-scheduler plus kwok with one fake Node, so Job pods run (default true). */
   readonly workloads?: boolean
+  /** Audit log of every mutating request (see audit.ts); default: the fleet's `audit`. */
+  readonly audit?: boolean
+  /** Extra token users (members of system:masters), each with a kubeconfig; default: the fleet's `users`. */
+  readonly users?: ReadonlyArray<string>
 }
 
 export interface FleetOptions {
@@ -27,6 +39,20 @@ export interface FleetOptions {
   readonly baseDir?: string
   /** Progress lines (default: stderr). */
   readonly log?: (line: string) => void
+  /** Every cluster's apiserver writes an audit log of mutating requests (default false). */
+  readonly audit?: boolean
+  /** Extra token users in every cluster, e.g. one per hub process (default none). */
+  readonly users?: ReadonlyArray<string>
+}
+
+/** A token user of one cluster, in group system:masters. */
+export interface ClusterUser {
+  /** The user name the API server authenticates (audit events' user.username). */
+  readonly name: string
+  readonly token: string
+  /** Kubeconfig YAML for this user; the context is named after the cluster. */
+  readonly kubeconfig: string
+  readonly kubeconfigPath: string
 }
 
 export interface KubectlResult {
@@ -56,6 +82,12 @@ export interface LocalCluster {
   readonly freezeApiServer: () => void
   readonly thawApiServer: () => void
   readonly processes: () => ReadonlyArray<ManagedProcess>
+  /** The extra users asked for, by name (empty without the `users` option). */
+  readonly users: Readonly<Record<string, ClusterUser>>
+  /** Where the apiserver writes its audit log; undefined without the `audit` option. */
+  readonly auditLogPath: string | undefined
+  /** Every audit event written so far (throws without the `audit` option). */
+  readonly auditEvents: () => AuditEvent[]
 }
 
 export interface LocalFleet {
@@ -63,6 +95,16 @@ export interface LocalFleet {
   readonly cluster: (name: string) => LocalCluster
   readonly binDir: string
   readonly runDir: string
+  /**
+   * Starts a process of the test's own (a hub, say) under the fleet's watchdog: own process group,
+   * output to `<runDir>/logs/<name>.log`, stopped with the fleet. Names must be unique per fleet.
+   */
+  readonly spawn: (
+    name: string,
+    command: string,
+    args: ReadonlyArray<string>,
+    options?: StartOptions,
+  ) => ManagedProcess
   /** Stops every process (reverse order) and removes the run directory. Safe to call twice. */
   readonly stop: () => Promise<void>
 }
@@ -162,7 +204,14 @@ export const apiRequest = (
     req.end()
   })
 
-export const renderKubeconfig = (name: string, server: string, caPem: string, token: string) =>
+/** A kubeconfig with one cluster, one token user (default `<name>-admin`) and one context, all named `name`. */
+export const renderKubeconfig = (
+  name: string,
+  server: string,
+  caPem: string,
+  token: string,
+  userName = `${name}-admin`,
+) =>
   [
     "apiVersion: v1",
     "kind: Config",
@@ -172,33 +221,46 @@ export const renderKubeconfig = (name: string, server: string, caPem: string, to
     `    server: ${server}`,
     `    certificate-authority-data: ${Buffer.from(caPem).toString("base64")}`,
     "users:",
-    `- name: ${name}-admin`,
+    `- name: ${userName}`,
     "  user:",
     `    token: ${token}`,
     "contexts:",
     `- name: ${name}`,
     "  context:",
     `    cluster: ${name}`,
-    `    user: ${name}-admin`,
+    `    user: ${userName}`,
     `current-context: ${name}`,
     "",
   ].join("\n")
 
-const normalize = (c: ClusterOptions | string): Required<ClusterOptions> =>
-  typeof c === "string"
-    ? { name: c, controllerManager: true, workloads: true }
-    : { controllerManager: true, workloads: true, ...c }
+const adminUser = "fleet-admin"
+
+const normalize = (c: ClusterOptions | string, fleet: FleetOptions): Required<ClusterOptions> => {
+  const defaults = {
+    controllerManager: true,
+    workloads: true,
+    audit: fleet.audit ?? false,
+    users: fleet.users ?? [],
+  }
+  return typeof c === "string" ? { name: c, ...defaults } : { ...defaults, ...c }
+}
 
 /** Starts etcd and every cluster; resolves once each apiserver is ready and each fake Node is Ready. */
 export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => {
   const log = options.log ?? ((line: string) => process.stderr.write(`[fleet] ${line}\n`))
-  const specs = options.clusters.map(normalize)
+  const specs = options.clusters.map((c) => normalize(c, options))
   const names = new Set<string>()
+  const label = /^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$/
   for (const s of specs) {
-    if (!/^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$/.test(s.name) || names.has(s.name)) {
+    if (!label.test(s.name) || names.has(s.name)) {
       throw new Error(`cluster names must be distinct DNS labels: ${JSON.stringify(s.name)}`)
     }
     names.add(s.name)
+    if (s.users.some((u) => !label.test(u) || u === adminUser) || new Set(s.users).size !== s.users.length) {
+      throw new Error(
+        `${s.name}: users must be distinct DNS labels other than ${adminUser}: ${JSON.stringify(s.users)}`,
+      )
+    }
   }
   const binDir = await ensureBinaries()
   const bin = (b: string) => join(binDir, b)
@@ -208,9 +270,12 @@ export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => 
   const procs = makeProcessRegistry(runDir)
   const t0 = Date.now()
   let stopped = false
+  // Processes the caller spawned are clients of the clusters: they stop first.
+  const spawned: ManagedProcess[] = []
   const stop = async () => {
     if (stopped) return
     stopped = true
+    await Promise.all(spawned.map((p) => p.stop()))
     await procs.stopAll()
     procs.disarmWatchdog()
     rmSync(runDir, { recursive: true, force: true })
@@ -239,6 +304,13 @@ export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => 
       },
       binDir,
       runDir,
+      spawn: (name, command, args, spawnOptions) => {
+        if (stopped) throw new Error(`spawn ${name}: the fleet is stopped`)
+        if (existsSync(join(runDir, "logs", `${name}.log`))) throw new Error(`spawn ${name}: name taken`)
+        const p = procs.start(name, command, args, spawnOptions)
+        spawned.push(p)
+        return p
+      },
       stop,
     }
   } catch (e) {
@@ -293,9 +365,17 @@ const startCluster = async (
   const dir = join(runDir, spec.name)
   mkdirSync(join(dir, "pki"), { recursive: true })
   const adminToken = randomBytes(24).toString("hex")
-  writeFileSync(join(dir, "tokens.csv"), `${adminToken},fleet-admin,fleet-admin,"system:masters"\n`)
+  const userTokens = spec.users.map((name) => ({ name, token: randomBytes(24).toString("hex") }))
+  writeFileSync(
+    join(dir, "tokens.csv"),
+    [{ name: adminUser, token: adminToken }, ...userTokens]
+      .map((u) => `${u.token},${u.name},${u.name},"system:masters"\n`)
+      .join(""),
+  )
   const port = await freePort()
   const server = `https://127.0.0.1:${port}`
+  const auditLogPath = spec.audit ? join(dir, "audit.log") : undefined
+  if (auditLogPath) writeFileSync(join(dir, "audit-policy.yaml"), auditPolicy)
   const apiserverArgs = [
     `--etcd-servers=${etcdUrl}`,
     `--etcd-prefix=/${spec.name}/registry`,
@@ -316,6 +396,7 @@ const startCluster = async (
     "--endpoint-reconciler-type=none",
     "--profiling=false",
     "--v=0",
+    ...(auditLogPath ? auditFlags(join(dir, "audit-policy.yaml"), auditLogPath) : []),
   ]
   let apiserver = procs.start(`${spec.name}-kube-apiserver`, bin("kube-apiserver"), apiserverArgs)
   const caFile = join(dir, "pki", "apiserver.crt")
@@ -353,6 +434,13 @@ const startCluster = async (
   const kubeconfig = renderKubeconfig(spec.name, server, caPem, adminToken)
   const kubeconfigPath = join(dir, "admin.kubeconfig")
   writeFileSync(kubeconfigPath, kubeconfig, { mode: 0o600 })
+  const users: Record<string, ClusterUser> = {}
+  for (const u of userTokens) {
+    const userKubeconfig = renderKubeconfig(spec.name, server, caPem, u.token, u.name)
+    const userKubeconfigPath = join(dir, `${u.name}.kubeconfig`)
+    writeFileSync(userKubeconfigPath, userKubeconfig, { mode: 0o600 })
+    users[u.name] = { ...u, kubeconfig: userKubeconfig, kubeconfigPath: userKubeconfigPath }
+  }
   const companions: ManagedProcess[] = []
 
   if (spec.controllerManager) {
@@ -460,5 +548,11 @@ const startCluster = async (
     freezeApiServer: () => apiserver.freeze(),
     thawApiServer: () => apiserver.thaw(),
     processes: () => [apiserver, ...companions],
+    users,
+    auditLogPath,
+    auditEvents: () => {
+      if (!auditLogPath) throw new Error(`${spec.name}: started without the audit option`)
+      return readAuditLog(auditLogPath)
+    },
   }
 }

@@ -1,7 +1,9 @@
+export { type AuditEvent, auditPolicy, mutatingVerbs, parseAuditLog, readAuditLog } from "./audit.ts"
 export { ensureBinaries, requiredBinaries } from "./binaries.ts"
 export {
   apiRequest,
   type ClusterOptions,
+  type ClusterUser,
   type FleetOptions,
   type KubectlResult,
   type LocalCluster,
@@ -15,3 +17,5 @@ export {
   prepareFleet,
   registerWithSecret,
 } from "./fleetcheck.ts"
+export { type HubLogLine, type HubProcess, type HubProcessOptions, startHubProcess } from "./hub-process.ts"
+export type { ManagedProcess } from "./processes.ts"

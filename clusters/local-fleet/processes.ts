@@ -17,11 +17,23 @@ export interface ManagedProcess {
   /** SIGSTOP / SIGCONT to the group: a hung process that keeps its sockets open. */
   readonly freeze: () => void
   readonly thaw: () => void
+  /** Any signal to the whole group (SIGKILL for a crash, SIGTERM for a shutdown without waiting). */
+  readonly signal: (signal: NodeJS.Signals) => void
+}
+
+export interface StartOptions {
+  /** The child's whole environment (default: ours). */
+  readonly env?: NodeJS.ProcessEnv
 }
 
 export interface ProcessRegistry {
   readonly runDir: string
-  readonly start: (name: string, command: string, args: ReadonlyArray<string>) => ManagedProcess
+  readonly start: (
+    name: string,
+    command: string,
+    args: ReadonlyArray<string>,
+    options?: StartOptions,
+  ) => ManagedProcess
   readonly stopAll: () => Promise<void>
   readonly disarmWatchdog: () => void
 }
@@ -38,12 +50,21 @@ export const makeProcessRegistry = (runDir: string): ProcessRegistry => {
   })
   watchdog.unref()
 
-  const start = (name: string, command: string, args: ReadonlyArray<string>): ManagedProcess => {
+  const start = (
+    name: string,
+    command: string,
+    args: ReadonlyArray<string>,
+    options: StartOptions = {},
+  ): ManagedProcess => {
     const logFile = join(runDir, "logs", `${name}.log`)
     const fd = openSync(logFile, "a")
     let child: ChildProcess
     try {
-      child = spawn(command, args, { detached: true, stdio: ["ignore", fd, fd] })
+      child = spawn(command, args, {
+        detached: true,
+        stdio: ["ignore", fd, fd],
+        ...(options.env ? { env: options.env } : {}),
+      })
     } finally {
       closeSync(fd)
     }
@@ -85,6 +106,7 @@ export const makeProcessRegistry = (runDir: string): ProcessRegistry => {
       stop,
       freeze: () => signalGroup("SIGSTOP"),
       thaw: () => signalGroup("SIGCONT"),
+      signal: signalGroup,
     }
     live.set(pid, proc)
     return proc
