@@ -146,10 +146,34 @@ export const isHeldByOther = (
 ): boolean => {
   const holder = spec?.holderIdentity ?? ""
   if (holder === "" || holder === identity) return false
+  return heldUntil(spec, observation, fallbackDurationMs) > nowMs
+}
+
+/** When, on our clock, the lease as last observed expires (see isHeldByOther). */
+export const heldUntil = (
+  spec: LeaseSpec | undefined,
+  observation: LeaseObservation,
+  fallbackDurationMs: number,
+): number => {
   const seconds = spec?.leaseDurationSeconds
   const durationMs = typeof seconds === "number" && seconds > 0 ? seconds * 1000 : fallbackDurationMs
-  return observation.atMs + durationMs > nowMs
+  return observation.atMs + durationMs
 }
+
+/**
+ * How often a standby reads the lease. client-go waits retryPeriod × [1, 2.2) between attempts, so a
+ * standby sees a renewal up to 4.4 s late and then waits for its next jittered attempt after the
+ * lease expired: failover takes up to 15 + 4.4 + 4.4 s. A standby here reads every fifth of the
+ * leader's safety margin (leaseDuration − renewDeadline; 1 s with the defaults, never more than
+ * retryPeriod) and tries again the moment the lease expires on its clock, so failover takes at most
+ * leaseDuration plus one poll. Safety does not change: the lease still counts from when we saw its last
+ * change, and the old leader stopped at renewDeadline.
+ */
+export const standbyPollMs = (o: {
+  leaseDurationMs: number
+  renewDeadlineMs: number
+  retryPeriodMs: number
+}) => Math.min(o.retryPeriodMs, Math.max(100, (o.leaseDurationMs - o.renewDeadlineMs) / 5))
 
 /** metav1.MicroTime's wire format: RFC 3339 with six fractional digits. */
 export const microTime = (epochMs: number): string => new Date(epochMs).toISOString().replace("Z", "000Z")
@@ -342,8 +366,19 @@ export const makeLeaderElector = (
             lastProblem = r.message
           }
         }
+        // Held by another: read again soon (standbyPollMs), and exactly when it expires by our clock.
+        // Failed: back off as client-go does.
         const jitter = yield* Random.next
-        yield* Effect.sleep(retryPeriodMs * (1 + jitter * jitterFactor))
+        const now = yield* monoMs
+        const expiresIn =
+          r._tag === "Success" && observation !== undefined
+            ? heldUntil(lease?.spec, observation, leaseDurationMs) - now
+            : Number.POSITIVE_INFINITY
+        const pollMs =
+          r._tag === "Success"
+            ? standbyPollMs({ leaseDurationMs, renewDeadlineMs, retryPeriodMs }) * (1 + jitter * 0.2)
+            : retryPeriodMs * (1 + jitter * jitterFactor)
+        yield* Effect.sleep(Math.max(1, Math.min(pollMs, expiresIn + 1)))
       }
     })
 

@@ -401,6 +401,29 @@ describe("leader election", () => {
     }),
   )
 
+  it.effect("a standby takes over within leaseDuration plus one poll (1 s) of the last renewal", () =>
+    Effect.gen(function* () {
+      const server = makeServer()
+      const marks: Mark[] = []
+      const ca = server.client("a")
+      const a = yield* elector(ca.kube, "a")
+      const fa = yield* start(a, marks)
+      yield* advance(100)
+      const b = yield* elector(server.client("b").kube, "b")
+      const fb = yield* start(b, marks)
+      yield* advance(7_300)
+      // The leader dies (its requests hang): its last renewal is its last write.
+      ca.state.mode = "hang"
+      yield* advance(25_000)
+      assert.isTrue(b.isLeader())
+      const lastRenew = lastWriteBy(server.writes, "a")!.at
+      const bStart = marks.find((m) => m.id === "b" && m.kind === "start")!.at
+      assert.isAtLeast(bStart - lastRenew, 15_000)
+      assert.isAtMost(bStart - lastRenew, 15_000 + 1_200 + 100)
+      yield* stop(fa, fb)
+    }),
+  )
+
   it.effect("refused connections (fast failures) also stop the leader at renewDeadline", () =>
     Effect.gen(function* () {
       const server = makeServer()
