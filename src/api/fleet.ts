@@ -44,8 +44,40 @@ export const ClusterViewSchema = z.object({
 })
 export type ClusterView = z.output<typeof ClusterViewSchema>
 
+/**
+ * Paging, as the Kubernetes list API does it: `continue` is opaque, set when more items follow; pass it
+ * back with the same filters to get the next page. `remainingItemCount` counts the clusters and checks
+ * after this page.
+ */
+export const ListMetaSchema = z.object({
+  continue: z.string().optional(),
+  remainingItemCount: z.number().optional(),
+})
+export type ListMeta = z.output<typeof ListMetaSchema>
+
+/** Totals over everything the filters select (every page), not just this page. */
+export const FleetSummarySchema = z.object({
+  clusters: z.number(),
+  /** Clusters whose Ready, Connected and CredentialsValid are all True. */
+  healthyClusters: z.number(),
+  checks: z.object({
+    total: z.number(),
+    verified: z.number(),
+    failed: z.number(),
+    unknown: z.number(),
+  }),
+})
+export type FleetSummary = z.output<typeof FleetSummarySchema>
+
+/**
+ * The fleet API's answer. With `limit`, clusters (by name) and checks (failing first) are paged side
+ * by side: a page holds at most `limit` of each, and concatenating the pages' clusters and checks gives
+ * the whole view. Without `limit`, one answer holds everything.
+ */
 export const FleetViewSchema = z.object({
   generatedAt: z.string(),
+  metadata: ListMetaSchema.optional(),
+  summary: FleetSummarySchema.optional(),
   /** Whether the hub that answered leads (only a leader's view is the fleet's). */
   leader: z.boolean().optional(),
   /** The identity of the hub that answered. */

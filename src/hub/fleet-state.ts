@@ -3,12 +3,20 @@
 // fleet view (MemberCluster status, /api/v1/fleet, the dashboard, `fleetcheck status`) is computed from
 // it by the pure functions below, so they can never disagree. An unreachable member's checks are
 // reported Unknown/ClusterUnreachable, never as their last known (possibly stale) verdict.
+import { createHash } from "node:crypto"
 import type { BackupCheck } from "../api/backupcheck.ts"
-import { type Condition, findCondition, setStatusCondition, toKubeTime } from "../api/condition.ts"
+import {
+  type Condition,
+  type ConditionStatus,
+  findCondition,
+  setStatusCondition,
+  toKubeTime,
+} from "../api/condition.ts"
 import {
   type CheckView,
   type ClusterView,
   checkRank,
+  type FleetSummary,
   type FleetView,
   isClusterHealthy,
   isVerified,
@@ -269,12 +277,132 @@ export const memberClusterStatus = (
   }
 }
 
-export interface FleetFilter {
-  readonly cluster?: string
-  /** Only checks that are not Verified=True (failing or unknown), and clusters that have such checks. */
-  readonly failing?: boolean
+// ---------------------------------------------------------------------------------------------------
+// Fleet views: filters, order, summary, pages
+
+/** One requirement of a Kubernetes label selector (labels.Parse's grammar, without gt/lt). */
+export type LabelRequirement =
+  | { readonly key: string; readonly op: "exists" | "notexists" }
+  | { readonly key: string; readonly op: "in" | "notin"; readonly values: ReadonlyArray<string> }
+
+/** Requirements that must all hold (comma means AND, as in kubectl -l). */
+export type LabelSelector = ReadonlyArray<LabelRequirement>
+
+const labelName = "([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+const labelKeyPattern = new RegExp(
+  `^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?${labelName}$`,
+)
+const labelValuePattern = new RegExp(`^(${labelName})?$`)
+
+/**
+ * Parses a label selector as kubectl writes it: `env=prod,tier!=db,region in (eu,us),!legacy,team`.
+ * `!=` and `notin` also match clusters without the key, as in Kubernetes.
+ */
+export const parseLabelSelector = (
+  text: string,
+):
+  | { readonly ok: true; readonly selector: LabelSelector }
+  | { readonly ok: false; readonly error: string } => {
+  const requirements: LabelRequirement[] = []
+  let rest = text.trim()
+  const bad = (why: string) => ({
+    ok: false as const,
+    error: `label selector ${JSON.stringify(text)}: ${why}`,
+  })
+  const checkKey = (key: string) =>
+    labelKeyPattern.test(key) && (key.split("/")[0]?.length ?? 0) <= 253
+      ? undefined
+      : `invalid key ${JSON.stringify(key)}`
+  const checkValue = (v: string) =>
+    labelValuePattern.test(v) ? undefined : `invalid value ${JSON.stringify(v)}`
+  // Each requirement form, tried in order; a handler returns an error or undefined.
+  const forms: ReadonlyArray<readonly [RegExp, (m: RegExpExecArray) => string | undefined]> = [
+    [
+      /^!\s*([^\s,=!()]+)\s*(?:,|$)/,
+      (m) => checkKey(m[1]!) ?? void requirements.push({ key: m[1]!, op: "notexists" }),
+    ],
+    [
+      /^([^\s,=!()]+)\s+(in|notin)\s*\(([^()]*)\)\s*(?:,|$)/,
+      (m) => {
+        const values = m[3]!.split(",").map((v) => v.trim())
+        if (values.length === 1 && values[0] === "") return `${m[2]} needs at least one value`
+        return (
+          checkKey(m[1]!) ??
+          values.map(checkValue).find((x) => x !== undefined) ??
+          void requirements.push({ key: m[1]!, op: m[2] as "in" | "notin", values })
+        )
+      },
+    ],
+    [
+      /^([^\s,=!()]+)\s*(==|=|!=)\s*([^\s,=!()]*)\s*(?:,|$)/,
+      (m) =>
+        checkKey(m[1]!) ??
+        checkValue(m[3]!) ??
+        void requirements.push({ key: m[1]!, op: m[2] === "!=" ? "notin" : "in", values: [m[3]!] }),
+    ],
+    [
+      /^([^\s,=!()]+)\s*(?:,|$)/,
+      (m) => checkKey(m[1]!) ?? void requirements.push({ key: m[1]!, op: "exists" }),
+    ],
+  ]
+  while (rest !== "") {
+    const form = forms.map(([re, f]) => [re.exec(rest), f] as const).find(([m]) => m !== null)
+    if (!form) return bad(`cannot read ${JSON.stringify(rest.slice(0, 40))}`)
+    const m = form[0]!
+    const error = form[1](m)
+    if (error) return bad(error)
+    rest = rest.slice(m[0].length).trim()
+    if (m[0].trimEnd().endsWith(",") && rest === "") return bad("ends with a comma")
+  }
+  return { ok: true, selector: requirements }
 }
 
+export const matchesLabels = (selector: LabelSelector, labels: Readonly<Record<string, string>>): boolean =>
+  selector.every((r) => {
+    const has = Object.hasOwn(labels, r.key)
+    if (!("values" in r)) return r.op === "exists" ? has : !has
+    const listed = has && r.values.includes(labels[r.key]!)
+    return r.op === "in" ? listed : !listed
+  })
+
+export interface FleetFilter {
+  /** One member by name. */
+  readonly cluster?: string
+  /** Checks in this namespace (of every selected cluster). */
+  readonly namespace?: string
+  /** Checks whose Verified status (as every view shows it) is this. */
+  readonly status?: ConditionStatus
+  /** Only checks that are not Verified=True (failing or unknown), and clusters that have such checks. */
+  readonly failing?: boolean
+  /** Clusters whose labels (copied from the registration Secret) match, and their checks. */
+  readonly label?: LabelSelector
+}
+
+/** Whether the filter selects checks (then clusters without a selected check drop out). */
+const filtersChecks = (f: FleetFilter) =>
+  f.namespace !== undefined || f.status !== undefined || f.failing === true
+
+/** Code-unit order: the same everywhere (sort, seek, tokens), and fast on 100,000 names. */
+const compareText = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
+
+/** The order every view lists checks in: failing, unknown, verified; then cluster, namespace, name. */
+export type CheckKey = readonly [rank: number, cluster: string, namespace: string, name: string]
+
+export const checkKey = (c: CheckView): CheckKey => [checkRank(c), c.cluster, c.namespace, c.name]
+
+export const compareCheckKeys = (a: CheckKey, b: CheckKey): number =>
+  a[0] - b[0] || compareText(a[1], b[1]) || compareText(a[2], b[2]) || compareText(a[3], b[3])
+
+const compareChecks = (a: CheckView, b: CheckView): number =>
+  checkRank(a) - checkRank(b) ||
+  compareText(a.cluster, b.cluster) ||
+  compareText(a.namespace, b.namespace) ||
+  compareText(a.name, b.name)
+
+/**
+ * The whole fleet as every view shows it, with the filter applied: clusters by name, checks failing
+ * first, and the totals of what was selected.
+ */
 export const fleetView = (
   members: Iterable<MemberEntry>,
   now: number,
@@ -282,12 +410,28 @@ export const fleetView = (
 ): FleetView => {
   const clusters: ClusterView[] = []
   const checks: CheckView[] = []
-  for (const m of [...members].sort((a, b) => a.name.localeCompare(b.name))) {
-    if (filter.cluster && m.name !== filter.cluster) continue
+  const byCheck = filtersChecks(filter)
+  for (const m of [...members].sort((a, b) => compareText(a.name, b.name))) {
+    if (filter.cluster !== undefined && m.name !== filter.cluster) continue
+    if (filter.label && !matchesLabels(filter.label, m.labels)) continue
     const views = checkViews(m)
-    const conditions = memberClusterStatus(m, m.lastStatus, now).conditions ?? []
-    const selected = filter.failing ? views.filter((c) => !isVerified(c)) : views
-    if (filter.failing && selected.length === 0 && isClusterHealthy({ conditions })) continue
+    // memberClusterStatus's conditions, from the views already built (it would build them again).
+    let conditions = [...(m.lastStatus?.conditions ?? [])]
+    for (const c of memberConditions(m, views))
+      conditions = setStatusCondition(
+        conditions,
+        { ...c, lastTransitionTime: toKubeTime(now) },
+        now,
+      ).conditions
+    const selected = byCheck
+      ? views.filter(
+          (c) =>
+            (filter.namespace === undefined || c.namespace === filter.namespace) &&
+            (filter.status === undefined || c.status === filter.status) &&
+            (!filter.failing || !isVerified(c)),
+        )
+      : views
+    if (byCheck && selected.length === 0 && !(filter.failing && !isClusterHealthy({ conditions }))) continue
     clusters.push({
       name: m.name,
       labels: m.labels,
@@ -296,15 +440,128 @@ export const fleetView = (
       ...(m.probe.kubernetesVersion ? { kubernetesVersion: m.probe.kubernetesVersion } : {}),
       ...(m.probe.lastProbeTime ? { lastProbeTime: toKubeTime(m.probe.lastProbeTime) } : {}),
     })
-    checks.push(...selected)
+    for (const c of selected) checks.push(c)
   }
-  // Failing first, then unknown, then verified; stable by cluster/namespace/name within each group.
-  checks.sort(
-    (a, b) =>
-      checkRank(a) - checkRank(b) ||
-      a.cluster.localeCompare(b.cluster) ||
-      a.namespace.localeCompare(b.namespace) ||
-      a.name.localeCompare(b.name),
-  )
-  return { generatedAt: toKubeTime(now), clusters, checks }
+  checks.sort(compareChecks)
+  return { generatedAt: toKubeTime(now), summary: summarize(clusters, checks), clusters, checks }
+}
+
+export const summarize = (
+  clusters: ReadonlyArray<Pick<ClusterView, "conditions">>,
+  checks: ReadonlyArray<CheckView>,
+): FleetSummary => ({
+  clusters: clusters.length,
+  healthyClusters: clusters.filter(isClusterHealthy).length,
+  checks: countChecks(checks),
+})
+
+/** Where the next page starts: after these keys; null when that list is exhausted. */
+export interface FleetCursor {
+  readonly cluster: string | null
+  readonly check: CheckKey | null
+}
+
+/** A short fingerprint of the filters, so a token is only used with the query that made it. */
+export const filterFingerprint = (filter: FleetFilter): string =>
+  createHash("sha256")
+    .update(
+      JSON.stringify([
+        filter.cluster ?? null,
+        filter.namespace ?? null,
+        filter.status ?? null,
+        filter.failing === true,
+        filter.label ?? null,
+      ]),
+    )
+    .digest("base64url")
+    .slice(0, 8)
+
+export const encodeContinue = (cursor: FleetCursor, filter: FleetFilter): string =>
+  Buffer.from(
+    JSON.stringify({ v: 1, f: filterFingerprint(filter), c: cursor.cluster, k: cursor.check }),
+  ).toString("base64url")
+
+/** Reads a continue token; a malformed one, or one made for other filters, is an error to show. */
+export const decodeContinue = (
+  token: string,
+  filter: FleetFilter,
+): { readonly ok: true; readonly cursor: FleetCursor } | { readonly ok: false; readonly error: string } => {
+  const invalid = { ok: false as const, error: "the continue token is not valid; start again without it" }
+  if (!/^[A-Za-z0-9_-]+$/.test(token)) return invalid
+  let raw: unknown
+  try {
+    raw = JSON.parse(Buffer.from(token, "base64url").toString("utf8"))
+  } catch {
+    return invalid
+  }
+  if (typeof raw !== "object" || raw === null) return invalid
+  const { v, f, c, k } = raw as Record<string, unknown>
+  if (v !== 1) return invalid
+  const isKey = (x: unknown): x is CheckKey =>
+    Array.isArray(x) &&
+    x.length === 4 &&
+    typeof x[0] === "number" &&
+    Number.isInteger(x[0]) &&
+    x.slice(1).every((p) => typeof p === "string")
+  if (!(c === null || typeof c === "string") || !(k === null || isKey(k))) return invalid
+  if (f !== filterFingerprint(filter))
+    return {
+      ok: false,
+      error: "the continue token was made for other filters; use the same query for every page",
+    }
+  return { ok: true, cursor: { cluster: c, check: k } }
+}
+
+/** Index of the first element after `key` in a list sorted by `compare`. */
+const firstAfter = <T, K>(list: ReadonlyArray<T>, key: K, compare: (item: T, key: K) => number): number => {
+  let lo = 0
+  let hi = list.length
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1
+    if (compare(list[mid]!, key) <= 0) lo = mid + 1
+    else hi = mid
+  }
+  return lo
+}
+
+/**
+ * One page of a view: up to `limit` clusters and up to `limit` checks after the cursor, and the token
+ * for the next page. Keys, not offsets: a check that appears or goes between two pages does not shift
+ * the others. A check whose status changes between two pages moves in the order, so a walk may show it
+ * twice or miss it, like a Kubernetes list whose continue token outlived its snapshot: generatedAt
+ * tells when each page was taken.
+ */
+export const fleetPage = (
+  view: FleetView,
+  limit: number,
+  cursor: FleetCursor | undefined,
+  filter: FleetFilter,
+): FleetView => {
+  const clusterStart =
+    cursor === undefined
+      ? 0
+      : cursor.cluster === null
+        ? view.clusters.length
+        : firstAfter(view.clusters, cursor.cluster, (c, name) => compareText(c.name, name))
+  const checkStart =
+    cursor === undefined
+      ? 0
+      : cursor.check === null
+        ? view.checks.length
+        : firstAfter(view.checks, cursor.check, (c, key) => compareCheckKeys(checkKey(c), key))
+  const clusters = view.clusters.slice(clusterStart, clusterStart + limit)
+  const checks = view.checks.slice(checkStart, checkStart + limit)
+  const clusterEnd = clusterStart + clusters.length
+  const checkEnd = checkStart + checks.length
+  const remaining = view.clusters.length - clusterEnd + (view.checks.length - checkEnd)
+  const next: FleetCursor = {
+    cluster: clusterEnd < view.clusters.length ? clusters[clusters.length - 1]!.name : null,
+    check: checkEnd < view.checks.length ? checkKey(checks[checks.length - 1]!) : null,
+  }
+  return {
+    ...view,
+    metadata: remaining > 0 ? { continue: encodeContinue(next, filter), remainingItemCount: remaining } : {},
+    clusters,
+    checks,
+  }
 }

@@ -1,0 +1,239 @@
+// Fleet views: server-side filters (cluster, namespace, status, failing, cluster labels), the order
+// every view shares, totals, and paging by key with opaque continue tokens.
+import { assert, describe, it } from "@effect/vitest"
+import {
+  decodeContinue,
+  type FleetFilter,
+  fleetPage,
+  fleetView,
+  matchesLabels,
+  parseLabelSelector,
+} from "../../src/hub/fleet-state.ts"
+import { healthyMember, syntheticFleet, t0, unreachableMember } from "../support/fleet-members.ts"
+
+const names = (v: { checks: ReadonlyArray<{ cluster: string; namespace: string; name: string }> }) =>
+  v.checks.map((c) => `${c.cluster}/${c.namespace}/${c.name}`)
+
+const fleet = () => [
+  healthyMember(
+    "b-eu",
+    [
+      { namespace: "shop", name: "orders", status: "True" },
+      { namespace: "shop", name: "payments", status: "False" },
+      { namespace: "ops", name: "grafana", status: "Unknown", reason: "RestoreRunning" },
+    ],
+    { env: "prod", region: "eu" },
+  ),
+  healthyMember("a-us", [{ namespace: "shop", name: "orders", status: "True" }], {
+    env: "staging",
+    region: "us",
+  }),
+  unreachableMember("c-down", [{ namespace: "shop", name: "orders", status: "True" }], {
+    env: "prod",
+    region: "us",
+  }),
+]
+
+describe("fleetView filters", () => {
+  it("lists clusters by name and checks failing, unknown, verified, then by cluster/namespace/name", () => {
+    const v = fleetView(fleet(), t0)
+    assert.deepStrictEqual(
+      v.clusters.map((c) => c.name),
+      ["a-us", "b-eu", "c-down"],
+    )
+    assert.deepStrictEqual(names(v), [
+      "b-eu/shop/payments",
+      "b-eu/ops/grafana",
+      "c-down/shop/orders", // unreachable: Unknown, never its cached True
+      "a-us/shop/orders",
+      "b-eu/shop/orders",
+    ])
+    assert.deepStrictEqual(v.summary, {
+      clusters: 3,
+      healthyClusters: 2,
+      checks: { total: 5, verified: 2, failed: 1, unknown: 2 },
+    })
+  })
+
+  it("filters by cluster, namespace and status; clusters without a selected check drop out", () => {
+    assert.deepStrictEqual(names(fleetView(fleet(), t0, { cluster: "a-us" })), ["a-us/shop/orders"])
+    const ops = fleetView(fleet(), t0, { namespace: "ops" })
+    assert.deepStrictEqual(names(ops), ["b-eu/ops/grafana"])
+    assert.deepStrictEqual(
+      ops.clusters.map((c) => c.name),
+      ["b-eu"],
+    )
+    // The cluster's own counts stay whole: the filter selects, it does not recount the cluster.
+    assert.deepStrictEqual(ops.clusters[0]!.counts, { total: 3, verified: 1, failed: 1, unknown: 1 })
+    assert.deepStrictEqual(names(fleetView(fleet(), t0, { status: "Unknown" })), [
+      "b-eu/ops/grafana",
+      "c-down/shop/orders",
+    ])
+    assert.deepStrictEqual(names(fleetView(fleet(), t0, { status: "True", namespace: "shop" })), [
+      "a-us/shop/orders",
+      "b-eu/shop/orders",
+    ])
+    assert.deepStrictEqual(names(fleetView(fleet(), t0, { cluster: "nope" })), [])
+  })
+
+  it("failing keeps checks that are not verified and every unhealthy cluster", () => {
+    const v = fleetView(fleet(), t0, { failing: true })
+    assert.deepStrictEqual(names(v), ["b-eu/shop/payments", "b-eu/ops/grafana", "c-down/shop/orders"])
+    assert.deepStrictEqual(
+      v.clusters.map((c) => c.name),
+      ["b-eu", "c-down"],
+    )
+    const noChecks = healthyMember("d-empty", [])
+    noChecks.probe = { ...noChecks.probe, connected: false }
+    assert.deepStrictEqual(
+      fleetView([noChecks], t0, { failing: true }).clusters.map((c) => c.name),
+      ["d-empty"],
+    )
+  })
+
+  it("selects clusters by a label selector over their labels", () => {
+    const sel = (s: string): FleetFilter => {
+      const p = parseLabelSelector(s)
+      assert.isTrue(p.ok, s)
+      return { label: p.ok ? p.selector : [] }
+    }
+    const clusters = (s: string) => fleetView(fleet(), t0, sel(s)).clusters.map((c) => c.name)
+    assert.deepStrictEqual(clusters("env=prod"), ["b-eu", "c-down"])
+    assert.deepStrictEqual(clusters("env==prod,region=us"), ["c-down"])
+    assert.deepStrictEqual(clusters("env!=prod"), ["a-us"])
+    assert.deepStrictEqual(clusters("region in (eu, us),env notin (staging)"), ["b-eu", "c-down"])
+    assert.deepStrictEqual(clusters("region"), ["a-us", "b-eu", "c-down"])
+    assert.deepStrictEqual(clusters("!region"), [])
+    assert.deepStrictEqual(clusters("team"), [])
+    assert.deepStrictEqual(names(fleetView(fleet(), t0, sel("region=us"))), [
+      "c-down/shop/orders",
+      "a-us/shop/orders",
+    ])
+  })
+})
+
+describe("label selectors", () => {
+  it("reads kubectl's grammar and matches as Kubernetes does (!= and notin match a missing key)", () => {
+    const p = parseLabelSelector(" fleetcheck.io/tier = gold , !legacy, zone notin (a,b) ")
+    assert.isTrue(p.ok)
+    if (!p.ok) return
+    assert.deepStrictEqual(p.selector, [
+      { key: "fleetcheck.io/tier", op: "in", values: ["gold"] },
+      { key: "legacy", op: "notexists" },
+      { key: "zone", op: "notin", values: ["a", "b"] },
+    ])
+    assert.isTrue(matchesLabels(p.selector, { "fleetcheck.io/tier": "gold" }))
+    assert.isFalse(matchesLabels(p.selector, { "fleetcheck.io/tier": "gold", zone: "a" }))
+    assert.isFalse(matchesLabels(p.selector, { "fleetcheck.io/tier": "gold", legacy: "" }))
+    const neq = parseLabelSelector("env!=prod")
+    assert.isTrue(neq.ok && matchesLabels(neq.selector, {}))
+    assert.deepStrictEqual(parseLabelSelector(""), { ok: true, selector: [] })
+  })
+
+  it("refuses what Kubernetes refuses, saying where", () => {
+    for (const bad of [
+      "env=",
+      "=prod",
+      "env=prod,",
+      "env in ()",
+      "env in (a",
+      "env=pr od",
+      "-env",
+      "env=a=b",
+      `k=${"v".repeat(64)}`,
+      "a/b/c",
+    ]) {
+      const p = parseLabelSelector(bad)
+      if (bad === "env=") {
+        // An empty value is a value ("env" is set to ""), as in Kubernetes.
+        assert.isTrue(p.ok, bad)
+        continue
+      }
+      assert.isFalse(p.ok, bad)
+      if (!p.ok) assert.match(p.error, /^label selector/)
+    }
+  })
+})
+
+describe("fleetPage", () => {
+  const walk = (members: ReturnType<typeof fleet>, limit: number, filter: FleetFilter = {}) => {
+    const pages = []
+    let token: string | undefined
+    for (let i = 0; i < 1000; i++) {
+      const cursor = token === undefined ? undefined : decodeContinue(token, filter)
+      if (cursor && !cursor.ok) throw new Error(cursor.error)
+      const p = fleetPage(fleetView(members, t0, filter), limit, cursor?.cursor, filter)
+      pages.push(p)
+      token = p.metadata?.continue
+      if (token === undefined) return pages
+    }
+    throw new Error("walk did not end")
+  }
+
+  it("pages clusters and checks side by side; the pages concatenate to the whole view", () => {
+    const members = syntheticFleet(5, 13)
+    const whole = fleetView(members, t0)
+    const pages = walk(members, 4)
+    assert.strictEqual(pages.length, Math.ceil(65 / 4))
+    for (const p of pages) {
+      assert.isAtMost(p.clusters.length, 4)
+      assert.isAtMost(p.checks.length, 4)
+      assert.deepStrictEqual(p.summary, whole.summary)
+    }
+    assert.deepStrictEqual(
+      pages.flatMap((p) => p.clusters),
+      whole.clusters,
+    )
+    assert.deepStrictEqual(
+      pages.flatMap((p) => p.checks),
+      whole.checks,
+    )
+    assert.strictEqual(pages[0]!.metadata?.remainingItemCount, 5 - 4 + 65 - 4)
+    assert.deepStrictEqual(pages.at(-1)!.metadata, {})
+    // The same with a filter: tokens carry it.
+    const failing = walk(members, 1, { failing: true })
+    assert.deepStrictEqual(
+      failing.flatMap((p) => p.checks),
+      fleetView(members, t0, { failing: true }).checks,
+    )
+  })
+
+  it("continues after the last key, so checks added or removed between pages shift nothing else", () => {
+    const members = fleet()
+    const first = fleetPage(fleetView(members, t0), 2, undefined, {})
+    assert.deepStrictEqual(names(first), ["b-eu/shop/payments", "b-eu/ops/grafana"])
+    // A new failing check sorts before the cursor; one verified check goes away.
+    members[1] = healthyMember("a-us", [{ namespace: "shop", name: "new", status: "False" }], {
+      env: "staging",
+    })
+    const cursor = decodeContinue(first.metadata!.continue!, {})
+    assert.isTrue(cursor.ok)
+    const second = fleetPage(fleetView(members, t0), 10, cursor.ok ? cursor.cursor : undefined, {})
+    assert.deepStrictEqual(names(second), ["c-down/shop/orders", "b-eu/shop/orders"])
+  })
+
+  it("refuses tokens that are malformed or were made for other filters", () => {
+    const p = fleetPage(fleetView(fleet(), t0, { namespace: "shop" }), 1, undefined, { namespace: "shop" })
+    const token = p.metadata!.continue!
+    assert.isTrue(decodeContinue(token, { namespace: "shop" }).ok)
+    const other = decodeContinue(token, { namespace: "ops" })
+    assert.isFalse(other.ok)
+    if (!other.ok) assert.match(other.error, /other filters/)
+    for (const bad of [
+      "",
+      "!!!",
+      "e30",
+      Buffer.from('{"v":1,"f":"x","c":3,"k":null}').toString("base64url"),
+      token.slice(0, -3),
+    ]) {
+      assert.isFalse(decodeContinue(bad, { namespace: "shop" }).ok, bad)
+    }
+  })
+
+  it("a token stays within the continue parameter's bound with the longest names Kubernetes allows", () => {
+    const long = "n".repeat(253)
+    const members = [healthyMember(long, [{ namespace: "x".repeat(63), name: long }, { name: "b" }])]
+    const p = fleetPage(fleetView(members, t0), 1, undefined, {})
+    assert.isAtMost(p.metadata!.continue!.length, 2048)
+  })
+})
