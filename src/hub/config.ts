@@ -180,6 +180,21 @@ export const hubSettings = {
     "false",
     "accept kubeconfigs with insecure-skip-tls-verify",
   ),
+  dashboardPageSize: setting(
+    "dashboard-page-size",
+    int(10, 1000),
+    "100",
+    "clusters and checks per dashboard page (the fleet API pages by its own ?limit=)",
+  ),
+  traceUrlTemplate: setting(
+    "trace-url-template",
+    z
+      .string()
+      .regex(/^https?:\/\/[^\s]+$/, "an http(s) URL without spaces")
+      .refine((s) => s.includes("{traceID}"), "must contain {traceID}"),
+    undefined,
+    "link each check's trace id on the dashboard to this URL, {traceID} replaced (e.g. https://grafana.example/explore?traceId={traceID})",
+  ),
   logLevel: setting(
     "log-level",
     z.enum(["Debug", "Info", "Warn", "Error"], "Debug, Info, Warn or Error"),

@@ -80,12 +80,15 @@ export const html = (strings: TemplateStringsArray, ...values: ReadonlyArray<Int
   let out = strings[0] ?? ""
   for (let i = 0; i < values.length; i++) {
     const before = strings[i] ?? ""
-    if (unquotedAttribute.test(before))
+    // Inside a tag when the markup so far opened one and has not closed it (values are escaped, so
+    // only the template's own text has < and >).
+    const inTag = out.lastIndexOf("<") > out.lastIndexOf(">")
+    if (inTag && unquotedAttribute.test(before))
       throw new TypeError(
         `html: interpolation in an unquoted attribute value after ${JSON.stringify(before.slice(-40))}`,
       )
     const v = values[i] as Interpolation
-    out += urlAttribute.test(before) ? urlValue(v) : render(v)
+    out += inTag && urlAttribute.test(before) ? urlValue(v) : render(v)
     out += strings[i + 1] ?? ""
   }
   return fragment(out)

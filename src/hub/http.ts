@@ -1,17 +1,38 @@
 // The hub's HTTP face: /healthz (the process serves), /readyz (this hub can answer for the fleet: it
 // leads and has listed the registrations), /metrics (the private Prometheus registry), /api/v1/fleet
-// (JSON, filterable by ?cluster= and ?failing=true) and the dashboard at / (server-rendered, no
-// JavaScript needed). A hub that cannot answer truthfully (a standby, or a leader still syncing) says
-// so with 503 and why, on the API and the dashboard alike: an empty view is never "all verified".
+// (JSON, filtered and paged server-side) and the dashboard (server-rendered, no JavaScript): the
+// overview at /, a cluster at /cluster?name=, a check at /check?cluster=&namespace=&name=. A hub that
+// cannot answer truthfully (a standby, or a leader still syncing) says so with 503 and why, on the API
+// and the dashboard alike: an empty view is never "all verified".
+//
+// Every answer carries the same security headers (a CSP that allows no script and only the
+// dashboard's own stylesheet, nosniff, no referrer, no framing, no caching). Every route declares its
+// query parameters: an unknown, repeated or oversized one is a 400 that says which, never ignored.
+// The dashboard links relatively only, so it works under any path prefix (kubectl proxy, the API
+// server's service proxy).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
-import { renderDashboard, renderUnavailable } from "./dashboard.ts"
-import { type FleetView, fleetView, type MemberEntry } from "./fleet-state.ts"
+import { defaultHubConfig, type HubConfig } from "./config.ts"
+import { renderCheckPage, renderClusterPage } from "./dashboard/detail.ts"
+import { styleHash } from "./dashboard/layout.ts"
+import { renderError, renderOverview, renderUnavailable } from "./dashboard/overview.ts"
+import {
+  checkViews,
+  decodeContinue,
+  type FleetFilter,
+  fleetPage,
+  fleetView,
+  type MemberEntry,
+  parseLabelSelector,
+} from "./fleet-state.ts"
 
 /** Whether this hub's view is the fleet's, and if not, why. */
 export type Availability =
   | { readonly answers: true }
   | { readonly answers: false; readonly reason: "Standby" | "Syncing"; readonly message: string }
+
+export type DashboardSettings = Pick<HubConfig, "dashboardPageSize" | "traceUrlTemplate">
 
 export interface HubHttpOptions {
   readonly host: string
@@ -21,77 +42,229 @@ export interface HubHttpOptions {
   readonly isLeader: () => boolean
   readonly availability: () => Availability
   readonly identity: string
+  /** The dashboard's settings; the defaults of src/hub/config.ts when not given. */
+  readonly config?: DashboardSettings
 }
 
+/** The policy every answer carries: no script, no plugin, no frame, only the dashboard's stylesheet. */
+export const contentSecurityPolicy = [
+  "default-src 'none'",
+  `style-src '${styleHash}'`,
+  "form-action 'self'",
+  "base-uri 'none'",
+  "frame-ancestors 'none'",
+].join("; ")
+
+const securityHeaders = {
+  "content-security-policy": contentSecurityPolicy,
+  "x-content-type-options": "nosniff",
+  "referrer-policy": "no-referrer",
+  "cache-control": "no-store",
+}
+
+const contentTypes = {
+  text: "text/plain; charset=utf-8",
+  html: "text/html; charset=utf-8",
+  json: "application/json; charset=utf-8",
+} as const
+
 const send = (res: ServerResponse, status: number, contentType: string, body: string) => {
-  res.writeHead(status, { "content-type": contentType, "cache-control": "no-store" })
+  res.writeHead(status, { ...securityHeaders, "content-type": contentType })
   res.end(body)
 }
 
-export const viewFromQuery = (members: Map<string, MemberEntry>, url: URL): FleetView => {
-  const cluster = url.searchParams.get("cluster") ?? undefined
-  const failing = url.searchParams.get("failing")
-  return fleetView(members.values(), Date.now(), {
-    ...(cluster ? { cluster } : {}),
-    ...(failing === "true" || failing === "1" ? { failing: true } : {}),
-  })
+const sendJson = (res: ServerResponse, status: number, body: unknown) =>
+  send(res, status, contentTypes.json, `${JSON.stringify(body, null, 2)}\n`)
+
+/** A Kubernetes-style Status for API errors, so clients read them the way they read the API server's. */
+const statusBody = (code: number, reason: string, message: string) => ({
+  kind: "Status",
+  apiVersion: "v1",
+  status: "Failure",
+  message,
+  reason,
+  code,
+})
+
+/** Longest value of any query parameter; a continue token carries three names, so it may be longer. */
+export const maxParamLength = 256
+export const maxContinueLength = 2048
+/** Longest request target; node's own header limit (16 KiB) stays the outer bound. */
+export const maxUrlLength = 4096
+/** The largest page the fleet API serves; without `limit` it answers with everything. */
+export const maxLimit = 10_000
+
+type Params = Readonly<Record<string, string>>
+
+/** The route's parameters as a map, or why the query is refused. */
+export const readParams = (
+  url: URL,
+  allowed: ReadonlyArray<string>,
+): { readonly ok: true; readonly params: Params } | { readonly ok: false; readonly error: string } => {
+  const params: Record<string, string> = {}
+  for (const [key, value] of url.searchParams) {
+    const shownKey = JSON.stringify(key.length > 40 ? `${key.slice(0, 40)}…` : key)
+    if (!allowed.includes(key))
+      return {
+        ok: false,
+        error:
+          allowed.length === 0
+            ? `unknown query parameter ${shownKey}: this path takes none`
+            : `unknown query parameter ${shownKey}; this path takes ${allowed.join(", ")}`,
+      }
+    if (Object.hasOwn(params, key)) return { ok: false, error: `query parameter ${shownKey} given twice` }
+    const max = key === "continue" ? maxContinueLength : maxParamLength
+    if (value.length > max)
+      return { ok: false, error: `query parameter ${shownKey} is longer than ${max} characters` }
+    params[key] = value
+  }
+  return { ok: true, params }
 }
 
+const boolParam = (key: string, v: string | undefined) =>
+  v === undefined || v === "false" || v === "0"
+    ? { ok: true as const, value: false }
+    : v === "true" || v === "1"
+      ? { ok: true as const, value: true }
+      : { ok: false as const, error: `${key} must be true or false` }
+
+const intParam = (key: string, v: string, min: number, max: number) =>
+  /^[0-9]{1,9}$/.test(v) && Number(v) >= min && Number(v) <= max
+    ? { ok: true as const, value: Number(v) }
+    : { ok: false as const, error: `${key} must be a whole number from ${min} to ${max}` }
+
+/** The filters every fleet view takes: cluster, namespace, status, failing, label. */
+export const filterParams = ["cluster", "namespace", "status", "failing", "label"] as const
+
+export const readFilter = (
+  params: Params,
+): { readonly ok: true; readonly filter: FleetFilter } | { readonly ok: false; readonly error: string } => {
+  const failing = boolParam("failing", params.failing)
+  if (!failing.ok) return failing
+  const status = params.status
+  if (status !== undefined && !conditionStatuses.includes(status as ConditionStatus))
+    return { ok: false, error: `status must be one of ${conditionStatuses.join(", ")}` }
+  const label = params.label === undefined ? undefined : parseLabelSelector(params.label)
+  if (label && !label.ok) return label
+  return {
+    ok: true,
+    filter: {
+      ...(params.cluster ? { cluster: params.cluster } : {}),
+      ...(params.namespace ? { namespace: params.namespace } : {}),
+      ...(status ? { status: status as ConditionStatus } : {}),
+      ...(failing.value ? { failing: true } : {}),
+      ...(label && label.selector.length > 0 ? { label: label.selector } : {}),
+    },
+  }
+}
+
+const routes: Readonly<Record<string, ReadonlyArray<string>>> = {
+  "/healthz": [],
+  "/readyz": [],
+  "/metrics": [],
+  "/api/v1/fleet": [...filterParams, "limit", "continue"],
+  "/": [...filterParams, "page"],
+  "/cluster": ["name", "page"],
+  "/check": ["cluster", "namespace", "name"],
+}
+
+const isApi = (path: string) => path.startsWith("/api/")
+
 const handle = async (options: HubHttpOptions, req: IncomingMessage, res: ServerResponse) => {
-  const url = new URL(req.url ?? "/", "http://hub.invalid")
+  const settings = options.config ?? defaultHubConfig
+  const target = req.url ?? "/"
+  const url = new URL(target.startsWith("/") ? target : "/", "http://hub.invalid")
+  const path = url.pathname
+  const fail = (status: number, reason: string, message: string) =>
+    isApi(path)
+      ? sendJson(res, status, statusBody(status, reason, message))
+      : path === "/" || path === "/cluster" || path === "/check"
+        ? send(res, status, contentTypes.html, renderError(status, message))
+        : send(res, status, contentTypes.text, `${message}\n`)
   if (req.method !== "GET" && req.method !== "HEAD")
-    return send(res, 405, "text/plain", "method not allowed\n")
-  switch (url.pathname) {
+    return fail(405, "MethodNotAllowed", "method not allowed")
+  if (target.length > maxUrlLength) return fail(414, "RequestURITooLong", "the request URL is too long")
+  const allowed = routes[path]
+  if (allowed === undefined) return fail(404, "NotFound", "not found")
+  const read = readParams(url, allowed)
+  if (!read.ok) return fail(400, "BadRequest", read.error)
+  const params = read.params
+  switch (path) {
     case "/healthz":
-      return send(res, 200, "text/plain", "ok\n")
+      return send(res, 200, contentTypes.text, "ok\n")
     case "/readyz": {
       // Members that are syncing or refused show on their MemberCluster; they never hold the hub unready.
       const available = options.availability()
       return available.answers
-        ? send(res, 200, "text/plain", "ok\n")
-        : send(res, 503, "text/plain", `${available.message}\n`)
+        ? send(res, 200, contentTypes.text, "ok\n")
+        : send(res, 503, contentTypes.text, `${available.message}\n`)
     }
     case "/metrics":
       return send(res, 200, options.metrics.contentType, await options.metrics.render())
-    case "/api/v1/fleet": {
-      const available = options.availability()
-      if (!available.answers) {
-        return send(
-          res,
-          503,
-          "application/json",
-          `${JSON.stringify({ reason: available.reason, message: available.message, leader: options.isLeader(), hub: options.identity }, null, 2)}\n`,
-        )
-      }
-      const view = viewFromQuery(options.members, url)
-      return send(
-        res,
-        200,
-        "application/json",
-        `${JSON.stringify({ ...view, leader: options.isLeader(), hub: options.identity }, null, 2)}\n`,
-      )
-    }
+  }
+  const filter = readFilter(params)
+  if (!filter.ok) return fail(400, "BadRequest", filter.error)
+  const available = options.availability()
+  const info = { leader: options.isLeader(), hub: options.identity }
+  if (path === "/api/v1/fleet") {
+    if (!available.answers)
+      return sendJson(res, 503, { reason: available.reason, message: available.message, ...info })
+    const limit = params.limit === undefined ? undefined : intParam("limit", params.limit, 1, maxLimit)
+    if (limit && !limit.ok) return fail(400, "BadRequest", limit.error)
+    const cursor = params.continue === undefined ? undefined : decodeContinue(params.continue, filter.filter)
+    if (cursor && !cursor.ok) return fail(400, "BadRequest", cursor.error)
+    if (cursor && !limit) return fail(400, "BadRequest", "continue needs limit")
+    const view = fleetView(options.members.values(), Date.now(), filter.filter)
+    const page = limit ? fleetPage(view, limit.value, cursor?.cursor, filter.filter) : view
+    return sendJson(res, 200, { ...page, ...info })
+  }
+  if (!available.answers)
+    return send(res, 503, contentTypes.html, renderUnavailable(available.message, options.identity))
+  const page =
+    params.page === undefined ? { ok: true as const, value: 1 } : intParam("page", params.page, 1, 1_000_000)
+  if (!page.ok) return fail(400, "BadRequest", page.error)
+  const dashboard = {
+    ...info,
+    pageSize: settings.dashboardPageSize,
+    traceUrlTemplate: settings.traceUrlTemplate,
+  }
+  switch (path) {
     case "/": {
-      const available = options.availability()
-      if (!available.answers)
-        return send(
-          res,
-          503,
-          "text/html; charset=utf-8",
-          renderUnavailable(available.message, options.identity),
-        )
+      const view = fleetView(options.members.values(), Date.now(), filter.filter)
       return send(
         res,
         200,
-        "text/html; charset=utf-8",
-        renderDashboard(viewFromQuery(options.members, url), {
-          leader: options.isLeader(),
-          hub: options.identity,
-        }),
+        contentTypes.html,
+        renderOverview(view, { ...dashboard, page: page.value, params }),
       )
     }
-    default:
-      return send(res, 404, "text/plain", "not found\n")
+    case "/cluster": {
+      const name = params.name
+      if (!name) return fail(400, "BadRequest", "name is required")
+      const view = fleetView(options.members.values(), Date.now(), { cluster: name })
+      const cluster = view.clusters[0]
+      if (!cluster) return fail(404, "NotFound", `no member cluster named ${JSON.stringify(name)}`)
+      return send(
+        res,
+        200,
+        contentTypes.html,
+        renderClusterPage(cluster, view.checks, { ...dashboard, page: page.value }),
+      )
+    }
+    case "/check": {
+      const { cluster, namespace, name } = params
+      if (!cluster || !namespace || !name)
+        return fail(400, "BadRequest", "cluster, namespace and name are required")
+      const member = options.members.get(cluster)
+      const object = member
+        ?.checks()
+        .find((c) => c.metadata.namespace === namespace && c.metadata.name === name)
+      const check = member && checkViews(member).find((c) => c.namespace === namespace && c.name === name)
+      if (!member || !object || !check)
+        return fail(404, "NotFound", `no BackupCheck ${namespace}/${name} in cluster ${cluster}`)
+      const clusterView = fleetView([member], Date.now()).clusters[0]!
+      return send(res, 200, contentTypes.html, renderCheckPage(check, object, clusterView, dashboard))
+    }
   }
 }
 
@@ -101,7 +274,7 @@ export const startHubHttp = (options: HubHttpOptions): Promise<{ server: Server;
     const server = createServer((req, res) => {
       handle(options, req, res).catch((e: unknown) => {
         if (!res.headersSent)
-          send(res, 500, "text/plain", `internal error: ${e instanceof Error ? e.message : String(e)}\n`)
+          send(res, 500, contentTypes.text, `internal error: ${e instanceof Error ? e.message : String(e)}\n`)
       })
     })
     server.once("error", reject)

@@ -72,6 +72,8 @@ describe("hub configuration", () => {
       "allow-auth-provider": "true",
       "allow-file-paths": "true",
       "allow-insecure-skip-tls-verify": "true",
+      "dashboard-page-size": "50",
+      "trace-url-template": "https://grafana.example/explore?traceId={traceID}",
       "log-level": "Debug",
     }
     assert.sameMembers(Object.keys(samples), hubFlagNames(), "a sample for every flag")

@@ -53,6 +53,9 @@ describe("html``", () => {
     const v = "x onmouseover=alert(1)"
     assert.throws(() => html`<a href=${v}>x</a>`, /unquoted attribute/)
     assert.throws(() => html`<td class= ${v}>x</td>`, /unquoted attribute/)
+    // Text that merely contains "=" is text.
+    assert.strictEqual(html`<span>${"k"}=${"v"}</span>`.value, "<span>k=v</span>")
+    assert.strictEqual(html`<a href="${"./"}">${"a"}=${"<b>"}</a>`.value, '<a href="./">a=&lt;b&gt;</a>')
   })
 
   it("refuses objects and true, which would print [object Object] or true", () => {

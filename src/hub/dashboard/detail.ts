@@ -1,0 +1,158 @@
+// Drill-down pages, server-rendered like the overview and linked from it: a cluster (its conditions,
+// counts, labels and checks) and a check (its verdict as every view shows it, spec summary, conditions,
+// last run with its trace). Texts the overview clamps are shown here in full.
+import type { BackupCheck } from "../../api/backupcheck.ts"
+import type { CheckView, ClusterView } from "../../api/fleet.ts"
+import { type Html, html, nothing } from "../html.ts"
+import {
+  badge,
+  checksTable,
+  clusterHref,
+  conditionBadge,
+  href,
+  page,
+  pager,
+  pageSlice,
+  plural,
+  time,
+  traceLink,
+} from "./layout.ts"
+
+export interface DetailOptions {
+  readonly leader: boolean
+  readonly hub: string
+  readonly pageSize: number
+  readonly traceUrlTemplate: string | undefined
+}
+
+type Conditions = ReadonlyArray<{
+  readonly type: string
+  readonly status: string
+  readonly reason: string
+  readonly message: string
+  readonly lastTransitionTime?: string | undefined
+}>
+
+const conditionsTable = (id: string, conditions: Conditions): Html =>
+  html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
+<thead><tr><th>Type</th><th>Status</th><th>Reason</th><th>Message</th><th>Last transition</th></tr></thead>
+<tbody>
+${
+  conditions.length
+    ? conditions.map(
+        (c) => html`<tr>
+  <td class="nowrap">${c.type}</td>
+  <td>${conditionBadge(c.status, "True", "False")}</td>
+  <td>${c.reason}</td>
+  <td class="msg full">${c.message}</td>
+  <td>${time(c.lastTransitionTime)}</td>
+</tr>`,
+      )
+    : html`<tr><td colspan="5" class="muted">No conditions yet.</td></tr>`
+}
+</tbody>
+</table></div>`
+
+/** A definition list of facts; undefined values are left out. */
+const facts = (rows: ReadonlyArray<readonly [string, Html | string | number | undefined]>): Html =>
+  html`<dl class="facts">${rows
+    .filter(([, v]) => v !== undefined && v !== "")
+    .map(([k, v]) => html`<dt>${k}</dt><dd>${v}</dd>`)}</dl>`
+
+const back = html`<nav><a href="./">← Fleet overview</a></nav>`
+
+export const renderClusterPage = (
+  cluster: ClusterView,
+  checks: ReadonlyArray<CheckView>,
+  opts: DetailOptions & { readonly page: number },
+): string => {
+  const slice = pageSlice(checks, opts.page, opts.pageSize)
+  const labels = Object.entries(cluster.labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  const body = html`${back}
+<h1>Cluster <span class="full">${cluster.name}</span></h1>
+<p class="summary">${cluster.counts.verified} of ${plural(cluster.counts.total, "check")} verified · <strong${cluster.counts.failed > 0 ? html` class="bad-text"` : nothing}>${cluster.counts.failed} failing</strong> · ${cluster.counts.unknown} unknown</p>
+${facts([
+  ["Kubernetes version", cluster.kubernetesVersion],
+  ["Last probe", cluster.lastProbeTime ? time(cluster.lastProbeTime) : undefined],
+  [
+    "Failing or unknown checks",
+    html`<a href="${href("./", { cluster: cluster.name, failing: "true" })}">on the overview</a>`,
+  ],
+])}
+<h2 id="labels">Labels</h2>
+${labels.length ? html`<dl class="facts" aria-labelledby="labels">${labels.map(([k, v]) => html`<dt class="full">${k}</dt><dd class="full">${v}</dd>`)}</dl>` : html`<p class="muted">No labels.</p>`}
+<h2 id="conditions">Conditions</h2>
+${conditionsTable("conditions", cluster.conditions)}
+<h2 id="checks">Backup checks <span class="muted">(failing first)</span></h2>
+${pager("./cluster", { name: cluster.name }, opts.page, slice.pages)}
+${checksTable("checks", slice.items, { withCluster: false, traceUrlTemplate: opts.traceUrlTemplate, empty: "No BackupChecks in this cluster." })}`
+  return page(`fleetcheck: cluster ${cluster.name}`, body, 10)
+}
+
+export const renderCheckPage = (
+  check: CheckView,
+  object: BackupCheck,
+  cluster: ClusterView,
+  opts: DetailOptions,
+): string => {
+  const spec = object.spec
+  const run = object.status?.lastRun
+  const containers = spec.jobTemplate.spec.template.spec.containers
+  const body = html`${back}
+<h1><span class="full">${check.namespace}/${check.name}</span></h1>
+<p class="summary">in cluster <a href="${clusterHref(cluster.name)}">${cluster.name}</a></p>
+<h2 id="verdict">Verified</h2>
+${facts([
+  ["Status", badge(check.status)],
+  ["Reason", check.reason],
+  ["Message", check.message ? html`<span class="full">${check.message}</span>` : undefined],
+  ["Since", check.lastTransitionTime ? time(check.lastTransitionTime) : undefined],
+  ["Last success", time(check.lastSuccessfulTime, html`<span class="muted">never</span>`)],
+  ["Next run", check.nextRunTime ? time(check.nextRunTime) : undefined],
+  [
+    "Generation",
+    `${object.metadata.generation ?? "?"} (observed ${object.status?.observedGeneration ?? "none yet"})`,
+  ],
+])}
+<h2 id="spec">Spec</h2>
+${facts([
+  ["Backup", html`<span class="full">${spec.backup.name}</span>`],
+  ["Source", spec.backup.source ? html`<span class="full">${spec.backup.source}</span>` : undefined],
+  ["Checksum", spec.backup.checksum ? html`<code class="full">${spec.backup.checksum}</code>` : undefined],
+  [
+    "Schedule",
+    spec.schedule
+      ? `${spec.schedule}${spec.timeZone ? ` (${spec.timeZone})` : " (UTC)"}`
+      : "once per spec generation",
+  ],
+  ["Timeout", spec.timeout],
+  ["Max staleness", spec.maxStaleness],
+  ["Suspended", spec.suspend ? "yes" : "no"],
+  ["Concurrency policy", spec.concurrencyPolicy],
+  ["History kept", `${spec.successfulRunsHistoryLimit} successful, ${spec.failedRunsHistoryLimit} failed`],
+  [
+    "Restore images",
+    html`${containers.map((c) => html`<div class="full"><code>${c.name}</code>: ${c.image}</div>`)}`,
+  ],
+])}
+<h2 id="last-run">Last run</h2>
+${
+  run
+    ? facts([
+        ["Run", run.runID],
+        ["Result", run.result],
+        ["Job", html`<code>${run.jobName}</code>`],
+        ["Started", time(run.startTime)],
+        [
+          "Finished",
+          run.completionTime ? time(run.completionTime) : html`<span class="muted">not yet</span>`,
+        ],
+        ["Trace id", traceLink(run.traceID, opts.traceUrlTemplate)],
+        ["Spec hash", run.specHash ? html`<code>${run.specHash}</code>` : undefined],
+      ])
+    : html`<p class="muted">No run yet.</p>`
+}
+<h2 id="conditions">Conditions <span class="muted">(as written on the BackupCheck)</span></h2>
+${conditionsTable("conditions", object.status?.conditions ?? [])}`
+  return page(`fleetcheck: ${check.namespace}/${check.name}`, body, 10)
+}

@@ -1,0 +1,320 @@
+// The hub's HTTP face on loopback with in-memory members (no cluster): security headers on every
+// route, typed JSON, strict query parameters (unknown, repeated, oversized → 400), the fleet API's
+// filters and paging, the dashboard's pages, relative links only, and 503 with why when this hub
+// cannot answer for the fleet.
+import type { Server } from "node:http"
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { FleetViewSchema } from "../../src/api/fleet.ts"
+import { defaultHubConfig, resolveHubConfig } from "../../src/hub/config.ts"
+import type { MemberEntry } from "../../src/hub/fleet-state.ts"
+import { type Availability, contentSecurityPolicy, startHubHttp } from "../../src/hub/http.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
+import { healthyMember, membersMap, unreachableMember } from "../support/fleet-members.ts"
+
+const longName = `db-${"x".repeat(250)}`
+const members = membersMap([
+  healthyMember(
+    "m1",
+    [
+      { namespace: "shop", name: "orders", status: "True" },
+      {
+        namespace: "shop",
+        name: "payments",
+        status: "False",
+        message: `<script>alert(1)</script> ${"m".repeat(1000)}`,
+      },
+      { namespace: "ops", name: longName, status: "Unknown", reason: "RestoreRunning" },
+    ],
+    { env: "prod", "example.com/owner": `<b>${"o".repeat(60)}</b>`.slice(0, 63) },
+  ),
+  healthyMember("m2", [{ namespace: "shop", name: "orders", status: "True" }], { env: "staging" }),
+  unreachableMember("m3", [{ namespace: "shop", name: "orders", status: "True" }], { env: "prod" }),
+])
+
+let availability: Availability = { answers: true }
+let server: Server | undefined
+let base = ""
+let traceServer: Server | undefined
+let traceBase = ""
+
+const start = async (
+  m: Map<string, MemberEntry>,
+  config?: { dashboardPageSize: number; traceUrlTemplate?: string },
+) =>
+  startHubHttp({
+    host: "127.0.0.1",
+    port: 0,
+    members: m,
+    metrics: makeMetrics(),
+    isLeader: () => true,
+    availability: () => availability,
+    identity: "hub-test",
+    ...(config ? { config } : {}),
+  })
+
+beforeAll(async () => {
+  const a = await start(members)
+  server = a.server
+  base = `http://127.0.0.1:${a.port}`
+  const b = await start(members, {
+    dashboardPageSize: 10,
+    traceUrlTemplate: "https://tempo.example/trace/{traceID}?x=1",
+  })
+  traceServer = b.server
+  traceBase = `http://127.0.0.1:${b.port}`
+})
+afterAll(async () => {
+  for (const s of [server, traceServer]) await new Promise((r) => s?.close(r))
+})
+
+const get = async (path: string, b = base) => {
+  const res = await fetch(`${b}${path}`)
+  return { res, text: await res.text() }
+}
+const json = async (path: string) => {
+  const { res, text } = await get(path)
+  return { status: res.status, type: res.headers.get("content-type"), body: JSON.parse(text) }
+}
+
+describe("every route", () => {
+  const routes = [
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/api/v1/fleet",
+    "/",
+    "/cluster?name=m1",
+    "/check?cluster=m1&namespace=shop&name=orders",
+    "/nope",
+    "/?bogus=1",
+  ]
+  it("carries the CSP (no script, frame-ancestors 'none'), nosniff and no-referrer", async () => {
+    for (const path of routes) {
+      const { res } = await get(path)
+      const csp = res.headers.get("content-security-policy") ?? ""
+      assert.strictEqual(csp, contentSecurityPolicy, path)
+      assert.match(csp, /default-src 'none'/)
+      assert.match(csp, /frame-ancestors 'none'/)
+      assert.notMatch(csp, /script-src|unsafe-inline|unsafe-eval/)
+      assert.strictEqual(res.headers.get("x-content-type-options"), "nosniff", path)
+      assert.strictEqual(res.headers.get("referrer-policy"), "no-referrer", path)
+      assert.strictEqual(res.headers.get("cache-control"), "no-store", path)
+      assert.isNotNull(res.headers.get("content-type"), path)
+    }
+  })
+
+  it("types its answers: JSON with charset, HTML, plain text", async () => {
+    assert.strictEqual(
+      (await get("/api/v1/fleet")).res.headers.get("content-type"),
+      "application/json; charset=utf-8",
+    )
+    assert.strictEqual(
+      (await get("/api/v1/fleet?bogus=1")).res.headers.get("content-type"),
+      "application/json; charset=utf-8",
+    )
+    assert.strictEqual((await get("/")).res.headers.get("content-type"), "text/html; charset=utf-8")
+    assert.strictEqual((await get("/healthz")).res.headers.get("content-type"), "text/plain; charset=utf-8")
+  })
+
+  it("refuses unknown, repeated and oversized query parameters with 400 and says which", async () => {
+    const cases: Array<[string, RegExp]> = [
+      ["/api/v1/fleet?clustr=m1", /unknown query parameter "clustr"; this path takes cluster, namespace/],
+      ["/api/v1/fleet?cluster=m1&cluster=m2", /"cluster" given twice/],
+      [`/api/v1/fleet?cluster=${"a".repeat(257)}`, /"cluster" is longer than 256 characters/],
+      [`/api/v1/fleet?continue=${"a".repeat(2049)}&limit=1`, /"continue" is longer than 2048/],
+      ["/api/v1/fleet?status=Maybe", /status must be one of True, False, Unknown/],
+      ["/api/v1/fleet?failing=yes", /failing must be true or false/],
+      ["/api/v1/fleet?limit=0", /limit must be a whole number from 1 to 10000/],
+      ["/api/v1/fleet?limit=10001", /limit must be/],
+      ["/api/v1/fleet?limit=1e3", /limit must be/],
+      ["/api/v1/fleet?label=env%3D%3D%3Dx", /label selector/],
+      ["/api/v1/fleet?limit=2&continue=bm9wZQ", /continue token is not valid/],
+      ["/api/v1/fleet?continue=bm9wZQ", /continue token is not valid|continue needs limit/],
+      ["/healthz?x=1", /unknown query parameter "x": this path takes none/],
+      ["/metrics?name[]=a", /unknown query parameter/],
+      ["/?page=0", /page must be a whole number/],
+      ["/?limit=5", /unknown query parameter "limit"/],
+      ["/cluster", /name is required/],
+      ["/check?cluster=m1", /cluster, namespace and name are required/],
+    ]
+    for (const [path, why] of cases) {
+      const { res, text } = await get(path)
+      assert.strictEqual(res.status, 400, path)
+      const shown = path.startsWith("/api/") ? JSON.parse(text).message : text.replaceAll("&quot;", '"')
+      assert.match(shown, why, path)
+      if (path.startsWith("/api/")) {
+        const body = JSON.parse(text)
+        assert.deepInclude(body, { kind: "Status", status: "Failure", reason: "BadRequest", code: 400 }, path)
+      }
+      // A query value is never reflected unescaped.
+      assert.notInclude(text, "<script", path)
+    }
+    const { res } = await get(`/?cluster=${"<".repeat(300)}`)
+    assert.strictEqual(res.status, 400)
+    assert.strictEqual((await get(`/api/v1/fleet?cluster=${"a".repeat(5000)}`)).res.status, 414)
+  })
+
+  it("answers 404 for unknown paths, clusters and checks, and 405 for writes", async () => {
+    assert.strictEqual((await get("/nope")).res.status, 404)
+    assert.strictEqual((await get("/cluster?name=zz")).res.status, 404)
+    assert.strictEqual((await get("/check?cluster=m1&namespace=shop&name=zz")).res.status, 404)
+    assert.strictEqual((await fetch(`${base}/api/v1/fleet`, { method: "POST" })).status, 405)
+  })
+})
+
+describe("/api/v1/fleet", () => {
+  it("filters server-side and parses with the CLI's schema", async () => {
+    const all = await json("/api/v1/fleet")
+    assert.strictEqual(all.status, 200)
+    assert.isTrue(FleetViewSchema.safeParse(all.body).success)
+    assert.deepStrictEqual(all.body.summary, {
+      clusters: 3,
+      healthyClusters: 2,
+      checks: { total: 5, verified: 2, failed: 1, unknown: 2 },
+    })
+    const q = async (query: string) =>
+      (await json(`/api/v1/fleet?${query}`)).body.checks.map((c: any) => `${c.cluster}/${c.name}`)
+    assert.deepStrictEqual(await q("status=False"), ["m1/payments"])
+    assert.deepStrictEqual(await q("namespace=ops"), [`m1/${longName}`])
+    assert.deepStrictEqual(await q("failing=true&cluster=m3"), ["m3/orders"])
+    assert.deepStrictEqual(await q("label=env%3Dstaging"), ["m2/orders"])
+    assert.deepStrictEqual(await q("label=env%20in%20(prod)&status=True"), ["m1/orders"])
+    assert.deepStrictEqual(await q("cluster=&namespace="), await q(""))
+  })
+
+  it("pages with limit and continue; metadata.continue is absent on the last page", async () => {
+    const seen: string[] = []
+    const clusters: string[] = []
+    let path = "/api/v1/fleet?failing=false&limit=2"
+    for (let i = 0; i < 10; i++) {
+      const { body } = await json(path)
+      assert.isAtMost(body.checks.length, 2)
+      seen.push(...body.checks.map((c: any) => `${c.cluster}/${c.namespace}/${c.name}`))
+      clusters.push(...body.clusters.map((c: any) => c.name))
+      const token = body.metadata?.continue
+      if (!token) break
+      assert.isNumber(body.metadata.remainingItemCount)
+      path = `/api/v1/fleet?failing=false&limit=2&continue=${encodeURIComponent(token)}`
+    }
+    const whole = (await json("/api/v1/fleet")).body
+    assert.deepStrictEqual(
+      seen,
+      whole.checks.map((c: any) => `${c.cluster}/${c.namespace}/${c.name}`),
+    )
+    assert.deepStrictEqual(clusters, ["m1", "m2", "m3"])
+    // The token belongs to its filters.
+    const first = (await json("/api/v1/fleet?limit=1")).body.metadata.continue
+    const other = await json(`/api/v1/fleet?limit=1&status=True&continue=${first}`)
+    assert.strictEqual(other.status, 400)
+    assert.match(other.body.message, /other filters/)
+  })
+
+  it("a standby or syncing hub answers 503 with why, on the API and the dashboard", async () => {
+    availability = {
+      answers: false,
+      reason: "Standby",
+      message: "standby: this hub does not lead; the leader is hub-0",
+    }
+    try {
+      const api = await json("/api/v1/fleet?limit=5")
+      assert.strictEqual(api.status, 503)
+      assert.deepInclude(api.body, { reason: "Standby", hub: "hub-test" })
+      const page = await get("/")
+      assert.strictEqual(page.res.status, 503)
+      assert.include(page.text, "the leader is hub-0")
+      assert.notInclude(page.text, "all verified")
+      assert.strictEqual((await get("/cluster?name=m1")).res.status, 503)
+      assert.strictEqual((await get("/readyz")).res.status, 503)
+    } finally {
+      availability = { answers: true }
+    }
+  })
+})
+
+describe("dashboard pages", () => {
+  const hrefs = (text: string) =>
+    [...text.matchAll(/\b(?:href|action|src)="([^"]*)"/g)].map((m) => m[1]!.replaceAll("&amp;", "&"))
+
+  it("links relatively only, so it works under a path prefix", async () => {
+    for (const path of [
+      "/",
+      "/?failing=true&page=1",
+      "/cluster?name=m1",
+      "/check?cluster=m1&namespace=shop&name=payments",
+    ]) {
+      const { text } = await get(path)
+      const links = hrefs(text)
+      assert.isAbove(links.length, 0, path)
+      for (const h of links) assert.match(h, /^(\.\/|\?)/, `${path}: ${h}`)
+      assert.notMatch(text, /<script/i)
+      assert.notMatch(text, /\sstyle="/, "inline style attributes would need 'unsafe-inline'")
+    }
+  })
+
+  it("escapes member-controlled text everywhere and keeps the full text on the check page", async () => {
+    const overview = (await get("/")).text
+    assert.notInclude(overview, "<script>alert(1)")
+    assert.include(overview, "&lt;script&gt;alert(1)&lt;/script&gt;")
+    assert.notInclude(overview, "<b>ooo")
+    const { res, text } = await get("/check?cluster=m1&namespace=shop&name=payments")
+    assert.strictEqual(res.status, 200)
+    assert.include(text, `&lt;script&gt;alert(1)&lt;/script&gt; ${"m".repeat(1000)}`)
+    assert.include(text, "s3://backups/db.dump")
+    assert.include(text, "0 3 * * *")
+  })
+
+  it("links trace ids when --trace-url-template is set, and not otherwise", async () => {
+    const trace = "00000000000000000000000000000002"
+    const path = "/check?cluster=m1&namespace=shop&name=payments"
+    assert.notInclude((await get(path)).text, "tempo.example")
+    const withTemplate = (await get(path, traceBase)).text
+    assert.include(withTemplate, `href="https://tempo.example/trace/${trace}?x=1"`)
+    assert.include((await get("/", traceBase)).text, `href="https://tempo.example/trace/${trace}?x=1"`)
+  })
+
+  it("pages the overview: counts for the whole view, failing first, previous/next links", async () => {
+    const big = membersMap(
+      Array.from({ length: 3 }, (_, c) =>
+        healthyMember(
+          `c${c}`,
+          Array.from({ length: 10 }, (_, k) => ({
+            name: `k${k}`,
+            status: k === 9 ? ("False" as const) : ("True" as const),
+          })),
+        ),
+      ),
+    )
+    const s = await start(big, { dashboardPageSize: 10 })
+    try {
+      const b = `http://127.0.0.1:${s.port}`
+      const p1 = (await get("/", b)).text
+      assert.include(p1, '3 clusters · 30 checks · <strong class="bad-text">3 failing</strong>')
+      assert.include(p1, "Page 1 of 3")
+      assert.include(p1, 'href="./?page=2" rel="next"')
+      assert.include(p1, "1–10 of 30 checks")
+      // The three failing checks lead page 1.
+      const firstRows = [...p1.matchAll(/<tr class="(row-bad|)">/g)].map((m) => m[1]).slice(0, 4)
+      assert.deepStrictEqual(firstRows, ["row-bad", "row-bad", "row-bad", ""])
+      const p3 = (await get("/?page=3&status=True", b)).text
+      assert.include(p3, "Page 3 of 3")
+      assert.include(p3, 'href="./?status=True&amp;page=2" rel="prev"')
+      assert.include(p3, "All 3 clusters are on earlier pages.")
+      const beyond = (await get("/?page=9", b)).text
+      assert.include(beyond, "are on earlier pages")
+    } finally {
+      await new Promise((r) => s.server.close(r))
+    }
+  })
+})
+
+describe("dashboard settings", () => {
+  it("default to 100 per page and no trace link; the template must be http(s) with {traceID}", () => {
+    assert.strictEqual(defaultHubConfig.dashboardPageSize, 100)
+    assert.strictEqual(defaultHubConfig.traceUrlTemplate, undefined)
+    const ok = resolveHubConfig({ "trace-url-template": "https://t.example/{traceID}" }, {})
+    assert.strictEqual(ok.traceUrlTemplate, "https://t.example/{traceID}")
+    for (const bad of ["https://t.example/", "javascript:alert('{traceID}')", "https://t.example/ {traceID}"])
+      assert.throws(() => resolveHubConfig({ "trace-url-template": bad }, {}), /--trace-url-template/)
+    assert.throws(() => resolveHubConfig({ "dashboard-page-size": "5" }, {}), /--dashboard-page-size/)
+  })
+})
