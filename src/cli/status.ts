@@ -4,12 +4,13 @@
 import { parseArgs } from "node:util"
 import { type FleetView, FleetViewSchema, isFleetHealthy } from "../api/fleet.ts"
 
-export const statusUsage = `Usage: fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o table|json]
+export const statusUsage = `Usage: fleetcheck status [--hub URL] [--cluster NAME] [--failing] [--limit N] [-o table|json]
 
-The fleet at a glance, read from the hub's /api/v1/fleet.
+The fleet at a glance, read from the hub's /api/v1/fleet, page after page.
   --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080)
   --cluster NAME   one member only
   --failing        only checks that are not verified, and clusters that are not healthy
+  --limit N        clusters and checks per request (default 500); every page is read
   -o, --output     table (default) or json
 
 Exit codes: 0 every check verified and every cluster healthy; 1 something failing or unknown;
@@ -69,6 +70,36 @@ export const renderStatus = (view: FleetView): string => {
   return `${clusters}\n\n${view.checks.length ? checks : "no BackupChecks"}\n`
 }
 
+/** One answer of the hub, or why it is not one. */
+type Answer = { readonly view: FleetView; readonly raw: Record<string, unknown> } | { readonly error: string }
+
+const readPage = async (url: URL): Promise<Answer> => {
+  const answer = await fetch(url, { signal: AbortSignal.timeout(10_000) }).then(
+    async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
+    (e: unknown) => (e instanceof Error ? e.message : String(e)),
+  )
+  if (typeof answer === "string") return { error: answer }
+  const json = (() => {
+    try {
+      return { value: JSON.parse(answer.text) as unknown }
+    } catch {
+      return undefined
+    }
+  })()
+  if (!answer.ok) {
+    // A standby or syncing hub answers 503 and says why (and who leads): that is not "all good".
+    const why = (json?.value as { message?: unknown } | undefined)?.message
+    return { error: `HTTP ${answer.status}${typeof why === "string" ? `: ${why}` : ""}` }
+  }
+  if (json === undefined) return { error: "the answer is not JSON" }
+  const parsed = FleetViewSchema.safeParse(json.value)
+  if (!parsed.success) return { error: `unexpected answer: ${parsed.error.issues[0]?.message}` }
+  return { view: parsed.data, raw: json.value as Record<string, unknown> }
+}
+
+/** The most pages one status reads (a hub that keeps answering `continue` is broken). */
+const maxPages = 100_000
+
 export const runStatus = async (args: ReadonlyArray<string>): Promise<number> => {
   if (args.includes("--help") || args.includes("-h")) {
     process.stdout.write(statusUsage)
@@ -80,6 +111,7 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
       hub: { type: "string", default: process.env.FLEETCHECK_HUB_URL ?? "http://127.0.0.1:8080" },
       cluster: { type: "string" },
       failing: { type: "boolean", default: false },
+      limit: { type: "string", default: "500" },
       output: { type: "string", short: "o", default: "table" },
     },
     strict: true,
@@ -91,44 +123,45 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck status: -o must be table or json\n\n${statusUsage}`)
     return 2
   }
+  if (!/^[0-9]{1,5}$/.test(values.limit) || Number(values.limit) < 1 || Number(values.limit) > 10_000) {
+    process.stderr.write(
+      `fleetcheck status: --limit must be a whole number from 1 to 10000\n\n${statusUsage}`,
+    )
+    return 2
+  }
+  url.searchParams.set("limit", values.limit)
   const cannotRead = (why: string) => {
     process.stderr.write(`fleetcheck status: cannot read ${url.href}: ${terminalSafe(why)}\n`)
     return 3
   }
-  const answer = await fetch(url, { signal: AbortSignal.timeout(10_000) }).then(
-    async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
-    (e: unknown) => (e instanceof Error ? e.message : String(e)),
-  )
-  if (typeof answer === "string") return cannotRead(answer)
-  const json = (() => {
-    try {
-      return { value: JSON.parse(answer.text) as unknown }
-    } catch {
-      return undefined
-    }
-  })()
-  if (!answer.ok) {
-    // A standby or syncing hub answers 503 and says why (and who leads): that is not "all good".
-    const why = (json?.value as { message?: unknown } | undefined)?.message
-    return cannotRead(`HTTP ${answer.status}${typeof why === "string" ? `: ${why}` : ""}`)
+  // Every page, concatenated: the first page's totals and header, every page's clusters and checks.
+  const first = await readPage(url)
+  if ("error" in first) return cannotRead(first.error)
+  const clusters = [...first.view.clusters]
+  const checks = [...first.view.checks]
+  const tokens = new Set<string>()
+  let token = first.view.metadata?.continue
+  while (token) {
+    if (tokens.has(token) || tokens.size >= maxPages)
+      return cannotRead("the hub keeps answering with more pages")
+    tokens.add(token)
+    const next = new URL(url)
+    next.searchParams.set("continue", token)
+    const page = await readPage(next)
+    if ("error" in page) return cannotRead(`page ${tokens.size + 1}: ${page.error}`)
+    clusters.push(...page.view.clusters)
+    checks.push(...page.view.checks)
+    token = page.view.metadata?.continue
   }
-  if (json === undefined) return cannotRead("the answer is not JSON")
-  const body = json.value
-  const parsed = FleetViewSchema.safeParse(body)
-  if (!parsed.success) {
-    process.stderr.write(
-      `fleetcheck status: unexpected answer from ${url.href}: ${parsed.error.issues[0]?.message}\n`,
-    )
-    return 3
-  }
-  process.stdout.write(
-    values.output === "json" ? `${JSON.stringify(body, null, 2)}\n` : renderStatus(parsed.data),
-  )
-  if (parsed.data.leader === false) {
+  const { metadata: _metadata, ...view } = { ...first.view, clusters, checks }
+  const raw: Record<string, unknown> = { ...first.raw, clusters, checks }
+  delete raw.metadata
+  process.stdout.write(values.output === "json" ? `${JSON.stringify(raw, null, 2)}\n` : renderStatus(view))
+  if (view.leader === false) {
     process.stderr.write(
       `fleetcheck status: ${url.origin} is not the leading hub; its view is not the fleet's\n`,
     )
     return 3
   }
-  return isFleetHealthy(parsed.data) ? 0 : 1
+  return isFleetHealthy(view) ? 0 : 1
 }

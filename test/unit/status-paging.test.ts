@@ -1,0 +1,95 @@
+// `fleetcheck status` reads every page of the fleet API: the table and the exit code cover the whole
+// fleet, not the first page; a page that fails mid-walk is exit 3, never a partial "all good".
+import type { Server } from "node:http"
+import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
+import { runStatus } from "../../src/cli/status.ts"
+import { type Availability, startHubHttp } from "../../src/hub/http.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
+import { healthyMember, membersMap } from "../support/fleet-members.ts"
+
+const members = membersMap(
+  Array.from({ length: 3 }, (_, c) =>
+    healthyMember(
+      `cluster-${c}`,
+      Array.from({ length: 4 }, (_, k) => ({ name: `check-${c}-${k}`, status: "True" as const })),
+    ),
+  ),
+)
+let availability: Availability = { answers: true }
+let requests: string[] = []
+let server: Server | undefined
+let hub = ""
+
+beforeAll(async () => {
+  const s = await startHubHttp({
+    host: "127.0.0.1",
+    port: 0,
+    members,
+    metrics: makeMetrics(),
+    isLeader: () => true,
+    availability: () => availability,
+    identity: "hub-test",
+  })
+  server = s.server
+  server.prependListener("request", (req) => {
+    requests.push(req.url ?? "")
+    // The third request finds a hub that lost its lead.
+    if (requests.length === 3 && process.env.STATUS_TEST_FAIL_THIRD === "1")
+      availability = { answers: false, reason: "Standby", message: "standby now" }
+  })
+  hub = `http://127.0.0.1:${s.port}`
+})
+afterAll(() => new Promise((r) => server?.close(r)))
+
+const run = async (args: string[]) => {
+  const out: string[] = []
+  const err: string[] = []
+  const o = vi.spyOn(process.stdout, "write").mockImplementation((s) => out.push(String(s)) > 0)
+  const e = vi.spyOn(process.stderr, "write").mockImplementation((s) => err.push(String(s)) > 0)
+  try {
+    requests = []
+    const code = await runStatus(args)
+    return { code, out: out.join(""), err: err.join("") }
+  } finally {
+    o.mockRestore()
+    e.mockRestore()
+  }
+}
+
+afterEach(() => {
+  availability = { answers: true }
+  delete process.env.STATUS_TEST_FAIL_THIRD
+})
+
+describe("fleetcheck status pages", () => {
+  it("follows continue tokens until the last page and shows every cluster and check", async () => {
+    const r = await run(["--hub", hub, "--limit", "2"])
+    assert.strictEqual(r.code, 0, r.err)
+    assert.strictEqual(requests.length, 6) // 12 checks, 2 per page
+    assert.match(requests[0]!, /limit=2/)
+    assert.match(requests[1]!, /limit=2&continue=/)
+    for (let c = 0; c < 3; c++) {
+      assert.include(r.out, `cluster-${c}`)
+      for (let k = 0; k < 4; k++) assert.include(r.out, `check-${c}-${k}`)
+    }
+    const json = await run(["--hub", hub, "--limit", "5", "-o", "json"])
+    const body = JSON.parse(json.out)
+    assert.strictEqual(body.checks.length, 12)
+    assert.strictEqual(body.clusters.length, 3)
+    assert.notProperty(body, "metadata")
+    assert.deepStrictEqual(body.summary.checks, { total: 12, verified: 12, failed: 0, unknown: 0 })
+  })
+
+  it("exits 3 when a later page cannot be read", async () => {
+    process.env.STATUS_TEST_FAIL_THIRD = "1"
+    const r = await run(["--hub", hub, "--limit", "2"])
+    assert.strictEqual(r.code, 3)
+    assert.match(r.err, /page 3: HTTP 503: standby now/)
+    assert.strictEqual(r.out, "")
+  })
+
+  it("refuses a bad --limit", async () => {
+    assert.strictEqual((await run(["--hub", hub, "--limit", "0"])).code, 2)
+    assert.strictEqual((await run(["--hub", hub, "--limit", "x"])).code, 2)
+  })
+})
