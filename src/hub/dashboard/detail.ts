@@ -14,6 +14,7 @@ import {
   pager,
   pageSlice,
   plural,
+  reason,
   time,
   traceLink,
 } from "./layout.ts"
@@ -43,7 +44,7 @@ ${
         (c) => html`<tr>
   <td class="nowrap">${c.type}</td>
   <td>${conditionBadge(c.status, "True", "False")}</td>
-  <td>${c.reason}</td>
+  <td>${reason(c.reason)}</td>
   <td class="msg full">${c.message}</td>
   <td>${time(c.lastTransitionTime)}</td>
 </tr>`,

@@ -32,6 +32,8 @@ export const css = `
   .labels { display: flex; flex-wrap: wrap; gap: .2rem; max-width: 22rem; }
   .label { display: inline-block; max-width: 14rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; background: #f0f2f5; border-radius: .3rem; padding: 0 .3rem; font-size: .75rem; color: #4a5563; }
   .full { white-space: pre-wrap; overflow-wrap: anywhere; }
+  h1 .full { font-size: 1.1rem; }
+  .reason { max-width: 14rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   code { font-size: .8rem; } .nowrap { white-space: nowrap; } .bad-text { color: #8a1010; font-weight: 600; }
   .summary { margin: .3rem 0 1rem; }
   .pager { margin: .6rem 0; display: flex; flex-wrap: wrap; gap: .3rem 1rem; }
@@ -112,6 +114,10 @@ export const plural = (n: number, word: string) => `${n.toLocaleString("en-US")}
 export const condition = (conditions: ClusterView["conditions"], type: string) =>
   conditions.find((c) => c.type === type)
 
+/** A condition's reason: one line (a hostile 1,024-character reason is cut), whole on hover. */
+export const reason = (text: string | undefined): Html =>
+  text ? html`<div class="muted reason" title="${text}">${text}</div>` : nothing
+
 /** Text that may be long: clamped to three lines, the whole of it on hover. */
 export const clamped = (text: string, cls = ""): Html =>
   text ? html`<div class="clamp ${cls}" title="${text}">${text}</div>` : nothing
@@ -151,7 +157,7 @@ export const checksTable = (
   <td>${badge(c.status)}</td>
   ${opts.withCluster ? html`<td class="name"><a class="clamp" href="${clusterHref(c.cluster)}" title="${c.cluster}">${c.cluster}</a></td>` : nothing}
   <td class="name"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
-  <td class="msg">${c.reason}${clamped(c.message)}</td>
+  <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}</td>
   <td>${time(c.lastSuccessfulTime, html`<span class="muted">never</span>`)}</td>
   <td>${time(c.nextRunTime, html`<span class="muted">—</span>`)}</td>
   <td class="nowrap">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>

@@ -14,6 +14,7 @@ import {
   pager,
   pageSlice,
   plural,
+  reason,
   time,
 } from "./layout.ts"
 
@@ -80,9 +81,9 @@ const clusterRow = (c: FleetView["clusters"][number]): Html => {
   const creds = condition(c.conditions, "CredentialsValid")
   return html`<tr>
   <td class="name"><a class="clamp" href="${clusterHref(c.name)}" title="${c.name}"><strong>${c.name}</strong></a>${labelChips(c.labels)}</td>
-  <td>${conditionBadge(ready?.status, "Ready", "Not ready")}<div class="muted">${ready?.reason}</div></td>
+  <td>${conditionBadge(ready?.status, "Ready", "Not ready")}${reason(ready?.reason)}</td>
   <td class="msg">${conditionBadge(connected?.status, "Connected", "Disconnected")}${connected?.status === "True" ? nothing : html`<div class="muted clamp" title="${connected?.message ?? ""}">${connected?.message}</div>`}</td>
-  <td>${conditionBadge(creds?.status, "Valid", "Invalid")}<div class="muted">${creds?.reason}</div></td>
+  <td>${conditionBadge(creds?.status, "Valid", "Invalid")}${reason(creds?.reason)}</td>
   <td class="num">${c.counts.verified} / ${c.counts.total}</td>
   <td class="num${c.counts.failed > 0 ? " bad-text" : ""}">${c.counts.failed}</td>
   <td class="num">${c.counts.unknown}</td>
