@@ -15,6 +15,19 @@ export const memberClusterPlural = "memberclusters"
 /** The hub's finalizer on every BackupCheck it manages. */
 export const finalizerName = "fleetcheck.io/cleanup"
 
+/**
+ * The hub's finalizer on each registration Secret it engages: the Secret, and so the kubeconfig, stays
+ * until the hub has taken fleetcheck.io/cleanup off that member's BackupChecks (Karmada's
+ * cluster-controller finalizer on its Cluster objects).
+ */
+export const memberCleanupFinalizer = "fleetcheck.io/member-cleanup"
+/**
+ * Written by the hub on a registration Secret: the scopes (server, CA hash, namespaces) where it may have
+ * put fleetcheck.io/cleanup under this registration, kept until they are released, so a narrowed scope is
+ * still released after a restart or failover.
+ */
+export const engagedScopesAnnotation = "fleetcheck.io/engaged-scopes"
+
 /** Registration Secrets carry this label with the value "true". */
 export const registrationLabel = "fleetcheck.io/kubeconfig"
 /** The data key of a registration Secret that holds the kubeconfig. */

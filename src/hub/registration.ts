@@ -1,32 +1,84 @@
 // Registration: the hub watches Secrets labelled fleetcheck.io/kubeconfig=true in its own namespace and
-// keeps one member fiber per valid Secret (multicluster-runtime's kubeconfig provider, with the sync
-// timeout it lacks). The reconcile is level-triggered like any other:
-//   Secret gone       → remove the hub's finalizers from the member's BackupChecks (while reachable),
-//                       stop the member, delete its MemberCluster
-//   Secret refused    → stop the member if running; MemberCluster and an Event say why (never the secret)
-//   same kubeconfig   → nothing (labels still follow the Secret)
-//   new or changed    → (re)build the member's engine in a fresh scope
+// keeps one member fiber per Secret in a FiberMap (multicluster-runtime's kubeconfig provider, with the
+// sync timeout it lacks). The reconcile is level-triggered, talks only to the hub's API server, and never
+// waits for a member: anything that talks to a member (the engine, its drain, finalizer releases) runs in
+// the Secret's own fiber, so a hung member never holds up the registration workers.
+//
+// What the hub may have put fleetcheck.io/cleanup on is recorded per Secret ("held" scopes: cluster,
+// namespaces, whether the engine's caches ever synced there), in memory with the credentials that reach
+// it, and on the Secret itself (annotation fleetcheck.io/engaged-scopes, no credentials), which also
+// carries the hub's finalizer fleetcheck.io/member-cleanup while anything is held (Karmada's Cluster
+// finalizer): the kubeconfig stays readable until the release succeeded, whoever leads by then.
+//
+//   desired            from the Secret, the policy and the other Secrets
+//   engine             accepted, labelled, live, and no earlier Secret registers an overlapping scope of
+//                      the same cluster (same server URL and CA): record the scope, then (re)build the
+//                      engine in a fresh fiber that first waits for the old one and for any engine it
+//                      displaces, so one cluster scope never has two engines
+//   duplicate          an earlier Secret registers an overlapping scope: Ready=False DuplicateMember, an
+//                      Event naming it, no engine; engaged once that one is gone (others are requeued)
+//   refused            the policy refuses the kubeconfig: no engine; Ready=False and an Event say why
+//   disengaging        deleted (or no longer labelled): stop the engine, release, then delete the
+//                      MemberCluster and remove the Secret's finalizer
+//   releases           every held scope the desired engine does not cover is released in the Secret's
+//                      fiber, after the engine that worked there has stopped, minus what other engines
+//                      of this hub still work in; retried with backoff until it succeeds when the caches
+//                      had synced there (finalizers may exist), tried once when they never had
+//   gone               the Secret vanished without our finalizer (never added, or removed by hand): one
+//                      best-effort release with what memory holds, MemberCluster deleted
+//
+// Credentials of a scope are kept in memory only. A Secret re-pointed to another server while no hub
+// runs (or between the edit and its reconcile across a failover) leaves the old server's scope without
+// credentials: the hub says so in a FinalizersNotReleased Event and forgets it (docs/deploy.md says how
+// to release it by hand). Narrowing on the same server is released with the Secret's current
+// credentials, so it survives restarts.
 import type { KubeConfig, V1Secret } from "@kubernetes/client-node"
-import { Clock, Effect, Fiber, FiberMap, type Scope, type Semaphore } from "effect"
-import { registrationLabel } from "../api/names.ts"
+import { Clock, Effect, Fiber, FiberMap, type Scope } from "effect"
+import {
+  engagedScopesAnnotation,
+  finalizerName,
+  memberCleanupFinalizer,
+  registrationLabel,
+} from "../api/names.ts"
 import { runController } from "../engine/controller.ts"
+import type { GlobalLimit } from "../engine/global-limit.ts"
 import { makeInformer } from "../engine/informer/informer.ts"
+import { ItemExponentialFailureRateLimiter } from "../engine/workqueue/rate-limiter.ts"
 import { makeWorkQueue } from "../engine/workqueue/workqueue.ts"
-import { isNotFound, type KubeClient, makeKubeClient } from "../kube/client.ts"
+import { isNotFound, type KubeClient } from "../kube/client.ts"
 import { events, memberClusters, pathOf, secrets as secretResource } from "../kube/resources.ts"
-import { gateWrites } from "../kube/write-gate.ts"
-import { checkKubeconfig, type KubeconfigPolicy } from "../kubeconfig/policy.ts"
+import {
+  checkKubeconfig,
+  type KubeconfigAccepted,
+  type KubeconfigCheck,
+  type KubeconfigPolicy,
+} from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import type { HubConfig } from "./config.ts"
-import { releaseFinalizers } from "./finalizers.ts"
 import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
 import type { LeaderFence } from "./hub.ts"
 import { runMember, syncMemberCluster } from "./member.ts"
+import { releaseScope } from "./registration/release.ts"
+import {
+  admission,
+  type Candidate,
+  type ClusterRef,
+  clusterKey,
+  clusterOf,
+  decodeRecords,
+  describeNamespaces,
+  encodeRecords,
+  keptOf,
+  type Namespaces,
+  overlaps,
+  sameCluster,
+  sameScope,
+} from "./registration/scope.ts"
 
 export interface RegistrationOptions {
   readonly hubClient: KubeClient
   readonly config: HubConfig
-  readonly globalLimit: Semaphore.Semaphore
+  readonly globalLimit: GlobalLimit
   readonly members: Map<string, MemberEntry>
   readonly metrics: FleetMetrics
   /** How long a stopping member may drain, asked when it stops (none once the lease is lost). */
@@ -41,6 +93,21 @@ export interface RegistrationOptions {
   readonly onSynced: () => void
 }
 
+/** MemberCluster Ready=False reasons the registration sets (besides the policy's refusal reasons). */
+export const registrationReasons = {
+  /** An earlier Secret registers an overlapping scope of the same cluster. */
+  DuplicateMember: "DuplicateMember",
+  /** The Secret is deleted (or unlabelled): the engine stops and the hub's finalizers are released. */
+  Disengaging: "Disengaging",
+} as const
+
+/** Registration workers: they only talk to the hub's API server, so two are plenty. */
+const workers = 2
+/** Backoff of a failing release, per scope: 1 s doubling to 5 min (a deletion waits on it). */
+const releaseBackoff = { baseDelayMs: 1_000, maxDelayMs: 300_000 }
+/** Credentials kept per held scope (newest first): the current one and a few it rotated from. */
+const maxCredentials = 3
+
 /** The kubeconfig policy the operator chose with the --allow-* settings. */
 const policyOf = (config: HubConfig): KubeconfigPolicy => ({
   allowExec: config.allowExec,
@@ -49,23 +116,69 @@ const policyOf = (config: HubConfig): KubeconfigPolicy => ({
   allowInsecureSkipTlsVerify: config.allowInsecureSkipTlsVerify,
 })
 
-interface Engaged {
-  readonly hash: string
-  /** Kept so the hub can still reach the member to release its finalizers after disengaging. */
-  readonly kubeConfig: KubeConfig
-  readonly namespaces?: ReadonlyArray<string> | undefined
+/** A scope the hub may have put its finalizer in under one Secret, with what reaches it. */
+interface Held {
+  readonly cluster: ClusterRef
+  readonly namespaces: Namespaces
+  synced: boolean
+  /** Kubeconfig hash → kubeconfig, oldest first. */
+  readonly credentials: Map<string, KubeConfig>
+  failures: number
+}
+
+type Desired =
+  | { readonly kind: "engine"; readonly checked: KubeconfigAccepted; readonly cluster: ClusterRef }
+  | { readonly kind: "duplicate"; readonly of: Candidate }
+  | { readonly kind: "refused"; readonly reason: string; readonly message: string }
+  | { readonly kind: "disengaging"; readonly why: "deleted" | "unlabelled" }
+
+interface SecretState {
+  held: Held[]
+  /** What the current fiber was started for. */
+  signature?: string
+  /** The last engine started for this Secret: its scope and fiber (others wait for it to stop). */
+  engine?: {
+    readonly cluster: ClusterRef
+    readonly namespaces: Namespaces
+    readonly fiber: Fiber.Fiber<unknown, unknown>
+  }
+  /** The cluster of the last accepted kubeconfig, to requeue the Secrets that share it. */
+  cluster?: ClusterRef
+  /** The last failed release, shown on the MemberCluster while disengaging. */
+  releaseError?: string
+  /** The last refusal or duplicate message an Event was recorded for. */
+  announced?: string
+  /** What our last PATCH wrote, until the informer has caught up with it. */
+  patched?: { readonly from: string; readonly finalizers: string[]; readonly annotation: string | undefined }
 }
 
 /** Labels copied from the Secret to the MemberCluster: everything but our own registration label. */
 const copiedLabels = (secret: V1Secret) =>
   Object.fromEntries(Object.entries(secret.metadata?.labels ?? {}).filter(([k]) => k !== registrationLabel))
 
+/** creationTimestamp as RFC 3339 text (the informer keeps the JSON string; typed as Date by client-node). */
+const createdOf = (secret: V1Secret): string => {
+  const t = secret.metadata?.creationTimestamp as unknown
+  return typeof t === "string" ? t : t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, "Z") : ""
+}
+
+const addCredential = (held: Held, checked: KubeconfigAccepted) => {
+  held.credentials.delete(checked.hash)
+  held.credentials.set(checked.hash, checked.kubeConfig)
+  for (const k of held.credentials.keys()) {
+    if (held.credentials.size <= maxCredentials) break
+    held.credentials.delete(k)
+  }
+}
+
 export const runRegistration = Effect.fnUntraced(function* (options: RegistrationOptions) {
   const { hubClient, config, members, metrics } = options
   const { namespace } = config
   const policy = policyOf(config)
   const fibers = yield* FiberMap.make<string>()
-  const engaged = new Map<string, Engaged>()
+  const states = new Map<string, SecretState>()
+  const checkCache = new Map<string, { readonly rv: string; readonly result: KubeconfigCheck }>()
+  const backoff = new ItemExponentialFailureRateLimiter(releaseBackoff)
 
   const secrets = yield* makeInformer<V1Secret>({
     client: hubClient,
@@ -76,10 +189,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     resyncMs: config.resyncPeriodMs,
   })
   const queue = yield* makeWorkQueue({ name: "registration" })
+  const keyOf = (name: string) => `${namespace}/${name}`
+  const enqueue = (name: string) => queue.addUnsafe(keyOf(name))
   secrets.addHandler({
-    onAdd: (s) => queue.addUnsafe(`${namespace}/${s.metadata?.name ?? ""}`),
-    onUpdate: (_, s) => queue.addUnsafe(`${namespace}/${s.metadata?.name ?? ""}`),
-    onDelete: (s) => queue.addUnsafe(`${namespace}/${s.metadata?.name ?? ""}`),
+    onAdd: (s) => enqueue(s.metadata?.name ?? ""),
+    onUpdate: (_, s) => enqueue(s.metadata?.name ?? ""),
+    onDelete: (s) => enqueue(s.metadata?.name ?? ""),
   })
 
   const recordEvent = (secret: V1Secret, type: "Normal" | "Warning", reason: string, message: string) =>
@@ -115,61 +230,367 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         )
     })
 
-  /**
-   * Lets every BackupCheck of a disengaged member be deleted without the hub: our finalizer comes off.
-   * Runs after the member's engine has stopped (else its reconciles would put the finalizer back), with
-   * a short-lived client of its own and a fresh LIST, so resourceVersions are current.
-   */
-  const releaseMemberFinalizers = (name: string, engaged: Engaged) =>
-    Effect.gen(function* () {
-      const client = gateWrites(
-        yield* makeKubeClient({
-          cluster: name,
-          kubeConfig: engaged.kubeConfig,
-          requestTimeoutMs: 5_000,
-          userAgent: options.userAgent,
-        }),
-        options.fence.mayWrite,
-      )
-      const counts = yield* releaseFinalizers(client, engaged.namespaces)
-      yield* Effect.logInfo("released BackupCheck finalizers of a disengaged member").pipe(
-        Effect.annotateLogs({ released: counts.released }),
-      )
-    }).pipe(Effect.scoped)
+  /** The policy's verdict on a Secret, cached per resourceVersion (re-checked once a credential expired). */
+  const checkOf = (secret: V1Secret, now: number): KubeconfigCheck => {
+    const name = secret.metadata?.name ?? ""
+    const rv = secret.metadata?.resourceVersion ?? ""
+    const cached = checkCache.get(name)
+    const expired =
+      cached?.result.ok === true &&
+      cached.result.credentialExpiry !== undefined &&
+      cached.result.credentialExpiry.getTime() <= now
+    if (cached && cached.rv === rv && !expired) return cached.result
+    const result = checkKubeconfig({
+      secretName: name,
+      data: secret.data,
+      annotations: secret.metadata?.annotations,
+      policy,
+      now: new Date(now),
+    })
+    checkCache.set(name, { rv, result })
+    return result
+  }
 
-  const disengage = Effect.fnUntraced(function* (name: string) {
-    const e = engaged.get(name)
-    engaged.delete(name)
-    yield* FiberMap.remove(fibers, name)
-    if (e) yield* Effect.logInfo("member disengaged")
-  })
+  /** Every labelled Secret the policy accepts, as a candidate for an engine (deleted ones still occupy). */
+  const candidates = (now: number) =>
+    secrets.store.list().flatMap((s): Array<Candidate & { readonly terminating: boolean }> => {
+      const checked = checkOf(s, now)
+      if (!checked.ok) return []
+      return [
+        {
+          name: s.metadata?.name ?? "",
+          created: createdOf(s),
+          cluster: clusterOf(checked.kubeConfig, checked.server),
+          namespaces: checked.namespaces,
+          terminating: s.metadata?.deletionTimestamp !== undefined,
+        },
+      ]
+    })
+
+  /** Where engines of this hub work (or are about to) on a cluster: released scopes leave these alone. */
+  const keptOn = (cluster: ClusterRef) => {
+    const all = candidates(Date.now())
+    const refused = admission(all)
+    return keptOf(
+      all
+        .filter((c) => !c.terminating && !refused.has(c.name) && sameCluster(c.cluster, cluster))
+        .map((c) => c.namespaces),
+    )
+  }
+
+  /** Requeues the Secrets registering any of these clusters (or all, when none is given). */
+  const requeueNeighbours = (self: string, clusters: ReadonlyArray<ClusterRef | undefined>) => {
+    const now = Date.now()
+    for (const s of secrets.store.list()) {
+      const name = s.metadata?.name ?? ""
+      if (name === self) continue
+      const checked = checkOf(s, now)
+      if (!checked.ok) continue
+      const c = clusterOf(checked.kubeConfig, checked.server)
+      if (clusters.length === 0 || clusters.some((x) => x !== undefined && sameCluster(x, c))) enqueue(name)
+    }
+  }
+
+  /** A Secret that left the label selector may still exist (the label was removed): look it up by name. */
+  const lookupUnlisted = (name: string) =>
+    hubClient
+      .request<{ items?: V1Secret[] | null }>({
+        method: "GET",
+        path: pathOf(secretResource, { namespace }),
+        query: { fieldSelector: `metadata.name=${name}` },
+      })
+      .pipe(Effect.map((list) => list.items?.[0]))
+
+  const stateFor = (name: string, secret: V1Secret): SecretState => {
+    let st = states.get(name)
+    if (!st) {
+      // First sight in this process: what an earlier hub recorded as held is held still.
+      st = {
+        held: decodeRecords(secret.metadata?.annotations?.[engagedScopesAnnotation]).map((r) => ({
+          ...r,
+          credentials: new Map(),
+          failures: 0,
+        })),
+      }
+      states.set(name, st)
+    }
+    return st
+  }
+
+  const backoffKey = (name: string, h: Held) =>
+    `${name} ${clusterKey(h.cluster)} ${describeNamespaces(h.namespaces)}`
+
+  /**
+   * Releases one held scope until it succeeds (or once, when the caches never synced there, so nothing
+   * can carry the finalizer, or when the Secret is gone), then forgets it and requeues the Secret.
+   */
+  const releaseHeld = (name: string, st: SecretState, h: Held, once: boolean, secret: V1Secret) =>
+    Effect.gen(function* () {
+      const key = backoffKey(name, h)
+      const done = () => {
+        backoff.forget(key)
+        st.held = st.held.filter((x) => x !== h)
+        if (!st.held.some((x) => x.failures > 0)) delete st.releaseError
+        enqueue(name)
+      }
+      for (;;) {
+        const result = yield* releaseScope({
+          name,
+          credentials: [...h.credentials.values()].reverse(),
+          namespaces: h.namespaces,
+          kept: () => keptOn(h.cluster),
+          userAgent: options.userAgent,
+          mayWrite: options.fence.mayWrite,
+        }).pipe(Effect.result)
+        if (result._tag === "Success") {
+          const { released, what } = result.success
+          yield* Effect.logInfo("released the hub's finalizers in a scope it no longer works in").pipe(
+            Effect.annotateLogs({ released, scope: what, server: h.cluster.server }),
+          )
+          if (released > 0)
+            yield* recordEvent(
+              secret,
+              "Normal",
+              "FinalizersReleased",
+              `removed ${finalizerName} from ${released} BackupCheck(s) in ${what} at ${h.cluster.server}`,
+            )
+          h.failures = 0
+          return done()
+        }
+        const error = result.failure.message
+        if (!h.synced || once) {
+          yield* Effect.logInfo(
+            h.synced
+              ? "could not release finalizers of a Secret that is gone; not retrying"
+              : "could not reach a member whose caches never synced here; nothing to release",
+          ).pipe(Effect.annotateLogs({ server: h.cluster.server, error }))
+          return done()
+        }
+        h.failures++
+        st.releaseError = error
+        yield* Effect.logWarning("releasing the hub's finalizers failed; retrying with backoff").pipe(
+          Effect.annotateLogs({ server: h.cluster.server, error, failures: h.failures }),
+        )
+        if (h.failures === 1) yield* recordEvent(secret, "Warning", "FinalizerReleaseFailed", error)
+        enqueue(name)
+        yield* Effect.sleep(backoff.when(key, yield* Clock.currentTimeMillis))
+      }
+    })
+
+  /**
+   * Starts the Secret's fiber: waits for its previous fiber (its engine drains there, never in a
+   * worker) and for engines it displaces, releases every held scope the new engine does not cover,
+   * then runs the engine, if one is desired.
+   */
+  const startFiber = (name: string, st: SecretState, desired: Desired | { kind: "gone" }, secret: V1Secret) =>
+    Effect.gen(function* () {
+      const previous = FiberMap.getUnsafe(fibers, name)
+      const engineScope =
+        desired.kind === "engine"
+          ? { cluster: desired.cluster, namespaces: desired.checked.namespaces }
+          : undefined
+      const displaced: Array<Fiber.Fiber<unknown, unknown>> = []
+      if (engineScope) {
+        for (const [other, ost] of states) {
+          if (other === name || !ost.engine) continue
+          if (!sameCluster(ost.engine.cluster, engineScope.cluster)) continue
+          if (!overlaps(ost.engine.namespaces, engineScope.namespaces)) continue
+          displaced.push(ost.engine.fiber)
+          enqueue(other)
+        }
+      }
+      const entry = members.get(name)
+      const releases = st.held.filter((h) => !(engineScope && sameScope(h, engineScope)))
+      const once = desired.kind === "gone"
+      const fiber = yield* FiberMap.run(
+        fibers,
+        name,
+      )(
+        Effect.gen(function* () {
+          if (previous._tag === "Some") yield* Fiber.await(previous.value)
+          for (const f of displaced) yield* Fiber.await(f)
+          const releasing = yield* Effect.forkScoped(
+            Effect.forEach(releases, (h) => releaseHeld(name, st, h, once, secret), {
+              concurrency: "unbounded",
+              discard: true,
+            }),
+          )
+          if (desired.kind !== "engine" || !entry) return yield* Fiber.await(releasing)
+          const engine = yield* runMember(
+            {
+              entry,
+              kubeConfig: desired.checked.kubeConfig,
+              ...(desired.checked.credentialExpiry
+                ? { credentialExpiry: desired.checked.credentialExpiry }
+                : {}),
+              namespaces: desired.checked.namespaces,
+            },
+            {
+              hubClient,
+              globalLimit: options.globalLimit,
+              settings: config,
+              metrics,
+              drainGraceMs: options.drainGraceMs,
+              fence: options.fence,
+              userAgent: options.userAgent,
+            },
+          )
+          // Workers start once the caches synced: from then on finalizers may exist in this scope.
+          yield* engine.awaitSynced
+          const held = st.held.find((h) => engineScope && sameScope(h, engineScope))
+          if (held && !held.synced) {
+            held.synced = true
+            enqueue(name)
+          }
+          return yield* Effect.never
+        }).pipe(Effect.scoped, Effect.annotateLogs({ cluster: name })),
+      )
+      if (engineScope) st.engine = { ...engineScope, fiber }
+    })
+
+  /**
+   * Makes the Secret carry our finalizer exactly while something is held, and the annotation list what
+   * is held. A compare-and-swap on the cached resourceVersion: a Conflict requeues (the cache was behind).
+   */
+  const persist = (secret: V1Secret, st: SecretState) =>
+    Effect.gen(function* () {
+      const meta = secret.metadata ?? {}
+      const stale = st.patched !== undefined && st.patched.from === meta.resourceVersion
+      const finalizers = stale ? (st.patched?.finalizers ?? []) : (meta.finalizers ?? [])
+      const annotation = stale ? st.patched?.annotation : meta.annotations?.[engagedScopesAnnotation]
+      const wantAnnotation = encodeRecords(st.held)
+      const has = finalizers.includes(memberCleanupFinalizer)
+      const terminating = meta.deletionTimestamp !== undefined
+      const nextFinalizers =
+        st.held.length > 0
+          ? has || terminating // a finalizer cannot be added to an object being deleted
+            ? finalizers
+            : [...finalizers, memberCleanupFinalizer]
+          : finalizers.filter((f) => f !== memberCleanupFinalizer)
+      if (nextFinalizers.length === finalizers.length && annotation === wantAnnotation) return
+      const patched = yield* hubClient.request<V1Secret>({
+        method: "PATCH",
+        path: pathOf(secretResource, { namespace, name: meta.name }),
+        contentType: "application/merge-patch+json",
+        body: {
+          metadata: {
+            resourceVersion: meta.resourceVersion,
+            finalizers: nextFinalizers,
+            annotations: { [engagedScopesAnnotation]: wantAnnotation ?? null },
+          },
+        },
+      })
+      st.patched = {
+        from: meta.resourceVersion ?? "",
+        finalizers: patched.metadata?.finalizers ?? [],
+        annotation: patched.metadata?.annotations?.[engagedScopesAnnotation],
+      }
+    })
+
+  const deleteMemberCluster = (name: string) =>
+    Effect.gen(function* () {
+      members.delete(name)
+      metrics.forgetMember(name)
+      yield* hubClient
+        .request({ method: "DELETE", path: pathOf(memberClusters, { name }) })
+        .pipe(Effect.catchIf(isNotFound, () => Effect.void))
+    })
+
+  /** The Secret is gone without waiting for us: one best-effort release of what memory holds. */
+  const gone = (name: string) =>
+    Effect.gen(function* () {
+      const st = states.get(name)
+      if (st && (st.held.length > 0 || FiberMap.hasUnsafe(fibers, name))) {
+        yield* Effect.logInfo("registration Secret gone; member disengaged")
+        const placeholder: V1Secret = { metadata: { name, namespace } }
+        yield* startFiber(name, st, { kind: "gone" }, placeholder)
+      }
+      states.delete(name)
+      checkCache.delete(name)
+      yield* deleteMemberCluster(name)
+      requeueNeighbours(name, [])
+    })
 
   const reconcile = (req: { namespace: string; name: string }) =>
     Effect.gen(function* () {
       const name = req.name
-      const secret = secrets.store.get(`${namespace}/${name}`)
+      const cached = secrets.store.get(keyOf(name))
+      const secret = cached ?? (yield* lookupUnlisted(name))
       if (!secret) {
-        const e = engaged.get(name)
-        yield* disengage(name)
-        if (e) {
-          yield* releaseMemberFinalizers(name, e).pipe(
-            Effect.catch((err) =>
-              Effect.logWarning("could not release every finalizer while disengaging").pipe(
-                Effect.annotateLogs({ error: err.message }),
-              ),
-            ),
-          )
-        }
-        members.delete(name)
-        metrics.forgetMember(name)
-        yield* hubClient
-          .request({
-            method: "DELETE",
-            path: pathOf(memberClusters, { name }),
-          })
-          .pipe(Effect.catchIf(isNotFound, () => Effect.void))
+        yield* gone(name)
         return {}
       }
+      // Labelled but not cached yet (deleted and created again): its add event brings it back here.
+      if (!cached && secret.metadata?.labels?.[registrationLabel] === "true") return {}
+      const labelled = cached !== undefined
+      const now = yield* Clock.currentTimeMillis
+      const st = stateFor(name, secret)
+      const terminating = secret.metadata?.deletionTimestamp !== undefined
+      const checked = checkOf(secret, now)
+      const cluster = checked.ok ? clusterOf(checked.kubeConfig, checked.server) : undefined
+
+      let desired: Desired
+      if (terminating || !labelled)
+        desired = { kind: "disengaging", why: terminating ? "deleted" : "unlabelled" }
+      else if (!checked.ok) desired = { kind: "refused", reason: checked.reason, message: checked.message }
+      else {
+        const by = admission(candidates(now)).get(name)
+        desired = by
+          ? { kind: "duplicate", of: by }
+          : { kind: "engine", checked, cluster: cluster as ClusterRef }
+      }
+
+      // What reaches the held scopes: the Secret's own credentials, when the policy accepts them.
+      if (checked.ok && cluster) {
+        for (const h of st.held) if (sameCluster(h.cluster, cluster)) addCredential(h, checked)
+      }
+      if (desired.kind === "engine") {
+        const scope = { cluster: desired.cluster, namespaces: desired.checked.namespaces }
+        if (!st.held.some((h) => sameScope(h, scope))) {
+          // Finalizers an earlier engine put in this scope are this engine's to release later.
+          const synced = st.held.some(
+            (h) =>
+              h.synced && sameCluster(h.cluster, scope.cluster) && overlaps(h.namespaces, scope.namespaces),
+          )
+          const held: Held = { ...scope, synced, credentials: new Map(), failures: 0 }
+          addCredential(held, desired.checked)
+          st.held.push(held)
+        }
+      }
+      // Held scopes nothing can reach any more (the old server of a re-pointed Secret, after a restart).
+      const unreachable = st.held.filter((h) => h.credentials.size === 0)
+      if (unreachable.length > 0) {
+        st.held = st.held.filter((h) => h.credentials.size > 0)
+        for (const h of unreachable.filter((x) => x.synced)) {
+          const message = `cannot release ${finalizerName} in ${describeNamespaces(h.namespaces)} at ${h.cluster.server}: the hub no longer has credentials for that server (the Secret was re-pointed or refused while no hub ran). Remove the finalizer there by hand (see docs/deploy.md).`
+          yield* Effect.logWarning("held scope without credentials; forgetting it").pipe(
+            Effect.annotateLogs({ server: h.cluster.server }),
+          )
+          yield* recordEvent(secret, "Warning", "FinalizersNotReleased", message)
+        }
+      }
+
+      const previousCluster = st.cluster
+      if (cluster) st.cluster = cluster
+      const signature =
+        desired.kind === "engine"
+          ? `engine ${desired.checked.hash}`
+          : desired.kind === "duplicate"
+            ? `duplicate ${desired.of.name}`
+            : desired.kind === "refused"
+              ? `refused ${desired.reason} ${desired.message}`
+              : `disengaging ${checked.ok ? checked.hash : "-"}`
+
+      // Disengaged and nothing held: the MemberCluster goes, then our finalizer (the Secret with it).
+      if (desired.kind === "disengaging" && st.held.length === 0) {
+        if (st.signature !== signature) yield* Effect.logInfo("member disengaged")
+        st.signature = signature
+        yield* deleteMemberCluster(name)
+        yield* persist(secret, st)
+        requeueNeighbours(name, [previousCluster, cluster])
+        return {}
+      }
+
       const labels = copiedLabels(secret)
       let entry = members.get(name)
       if (!entry) {
@@ -177,86 +598,106 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         members.set(name, entry)
       }
       entry.labels = labels
-      const now = yield* Clock.currentTimeMillis
-      const checked = checkKubeconfig({
-        secretName: name,
-        data: secret.data,
-        annotations: secret.metadata?.annotations,
-        policy,
-        now: new Date(now),
-      })
-      if (!checked.ok) {
-        const already = entry.refused?.message === checked.message
-        yield* disengage(name)
-        entry.refused = { reason: checked.reason, message: checked.message }
-        yield* syncMemberCluster(hubClient, entry)
-        if (!already) {
-          yield* Effect.logWarning("registration Secret refused").pipe(
-            Effect.annotateLogs({ reason: checked.reason, refusal: checked.message }),
-          )
-          yield* recordEvent(secret, "Warning", checked.reason, checked.message)
+
+      // Recorded before any engine can put a finalizer there.
+      yield* persist(secret, st)
+
+      const changed = st.signature !== signature
+      const running = FiberMap.hasUnsafe(fibers, name)
+      const engineScope =
+        desired.kind === "engine"
+          ? { cluster: desired.cluster, namespaces: desired.checked.namespaces }
+          : undefined
+      const releasable = st.held.some((h) => !(engineScope && sameScope(h, engineScope)))
+      if (changed || (!running && (desired.kind === "engine" || releasable))) {
+        const rebuild = st.signature?.startsWith("engine ") === true
+        if (desired.kind === "engine") {
+          yield* Effect.logInfo(
+            rebuild ? "kubeconfig changed; rebuilding member engine" : "engaging member",
+          ).pipe(Effect.annotateLogs({ server: desired.checked.server }))
+          entry.refused = undefined
         }
-        return {}
+        yield* startFiber(name, st, desired, secret)
+        st.signature = signature
+        if (desired.kind === "engine")
+          yield* recordEvent(
+            secret,
+            "Normal",
+            rebuild ? "MemberRebuilt" : "MemberEngaged",
+            `member ${name} engaged at ${desired.checked.server}`,
+          )
+        if (changed) requeueNeighbours(name, [previousCluster, cluster])
       }
-      // The canonical hash covers the chosen cluster, user and context and the namespaces annotation.
-      const hash = checked.hash
-      if (engaged.get(name)?.hash === hash) {
+
+      if (desired.kind === "engine") {
+        delete st.announced
         yield* syncMemberCluster(hubClient, entry)
         return {}
       }
-      const rebuild = engaged.has(name)
-      yield* Effect.logInfo(
-        rebuild ? "kubeconfig changed; rebuilding member engine" : "engaging member",
-      ).pipe(Effect.annotateLogs({ server: checked.server }))
-      entry.refused = undefined
-      const target = entry
-      // A rebuild never runs two engines on one member: the new fiber first waits until the old one
-      // (interrupted by FiberMap.run) has drained and closed, without holding up this worker.
-      const previous = FiberMap.getUnsafe(fibers, name)
-      yield* FiberMap.run(
-        fibers,
-        name,
-      )(
-        Effect.scoped(
-          Effect.gen(function* () {
-            if (previous._tag === "Some") yield* Fiber.await(previous.value)
-            yield* runMember(
-              {
-                entry: target,
-                kubeConfig: checked.kubeConfig,
-                ...(checked.credentialExpiry ? { credentialExpiry: checked.credentialExpiry } : {}),
-                namespaces: checked.namespaces,
-              },
-              {
-                hubClient,
-                globalLimit: options.globalLimit,
-                settings: config,
-                metrics,
-                drainGraceMs: options.drainGraceMs,
-                fence: options.fence,
-                userAgent: options.userAgent,
-              },
-            )
-            return yield* Effect.never
-          }).pipe(Effect.annotateLogs({ cluster: name })),
-        ),
-      )
-      engaged.set(name, { hash, kubeConfig: checked.kubeConfig, namespaces: checked.namespaces })
-      yield* recordEvent(
-        secret,
-        "Normal",
-        rebuild ? "MemberRebuilt" : "MemberEngaged",
-        `member ${name} engaged at ${checked.server}`,
-      )
+      const refusal =
+        desired.kind === "refused"
+          ? { reason: desired.reason, message: desired.message }
+          : desired.kind === "duplicate"
+            ? {
+                reason: registrationReasons.DuplicateMember,
+                message: `Secret ${desired.of.name} registered the same cluster (${desired.of.cluster.server}, ${describeNamespaces(desired.of.namespaces)}) earlier; this registration gets no engine until ${desired.of.name} is removed`,
+              }
+            : {
+                reason: registrationReasons.Disengaging,
+                message:
+                  `registration Secret ${desired.why}: releasing ${finalizerName} from the member's BackupChecks before letting go${st.releaseError ? `; last attempt failed: ${st.releaseError}` : ""}`.slice(
+                    0,
+                    1024,
+                  ),
+              }
+      entry.refused = refusal
+      yield* syncMemberCluster(hubClient, entry)
+      if (desired.kind !== "disengaging" && st.announced !== refusal.message) {
+        st.announced = refusal.message
+        if (desired.kind === "refused")
+          yield* Effect.logWarning("registration Secret refused").pipe(
+            Effect.annotateLogs({ reason: refusal.reason, refusal: refusal.message }),
+          )
+        else
+          yield* Effect.logWarning("registration Secret duplicates an earlier one").pipe(
+            Effect.annotateLogs({ earlier: desired.of.name }),
+          )
+        yield* recordEvent(secret, "Warning", refusal.reason, refusal.message)
+      }
       return {}
     })
+
+  /**
+   * A Secret whose label was removed while no hub ran still carries our finalizer, out of the informer's
+   * sight: list the others once and reconcile those.
+   */
+  const sweepUnlabelled = Effect.gen(function* () {
+    let continueToken: string | undefined
+    do {
+      const page = yield* hubClient.request<{ items?: V1Secret[] | null; metadata?: { continue?: string } }>({
+        method: "GET",
+        path: pathOf(secretResource, { namespace }),
+        query: { labelSelector: `${registrationLabel}!=true`, limit: "100", continue: continueToken },
+      })
+      for (const s of page.items ?? [])
+        if ((s.metadata?.finalizers ?? []).includes(memberCleanupFinalizer)) enqueue(s.metadata?.name ?? "")
+      continueToken = page.metadata?.continue || undefined
+    } while (continueToken !== undefined)
+  }).pipe(
+    Effect.catch((e) =>
+      Effect.logWarning("listing unlabelled Secrets that carry the hub's finalizer failed").pipe(
+        Effect.annotateLogs({ error: e.message }),
+      ),
+    ),
+  )
 
   yield* secrets.awaitSynced.pipe(
     Effect.andThen(Effect.sync(options.onSynced)),
     Effect.andThen(Effect.logInfo("registration Secrets listed")),
+    Effect.andThen(sweepUnlabelled),
     Effect.forkScoped,
   )
   yield* secrets.awaitSynced.pipe(Effect.timeout(60_000), Effect.ignore)
-  yield* runController({ name: "registration", cluster: "hub", queue, reconcile, workers: 2 })
-  return { fibers, engaged, secrets }
+  yield* runController({ name: "registration", cluster: "hub", queue, reconcile, workers })
+  return { fibers, secrets }
 }) as (options: RegistrationOptions) => Effect.Effect<unknown, never, Scope.Scope>

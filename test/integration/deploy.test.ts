@@ -201,6 +201,44 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["GET", "/version"],
     ])
 
+    // A registration Secret (written by an operator): the hub finds it by name when it leaves the label
+    // selector, and puts its finalizer and engaged-scopes annotation on it, then takes them off.
+    const registration = `/api/v1/namespaces/${ns}/secrets/rbac-registration`
+    const written = await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name: "rbac-registration", labels: { "fleetcheck.io/kubeconfig": "true" } },
+      data: {},
+    })
+    expect(written.status, JSON.stringify(written.body)).toBe(201)
+    const merge = "application/merge-patch+json"
+    await expectAll(hub, 200, [
+      ["GET", `/api/v1/namespaces/${ns}/secrets?fieldSelector=metadata.name%3Drbac-registration`],
+      [
+        "GET",
+        `/api/v1/namespaces/${ns}/secrets?labelSelector=fleetcheck.io%2Fkubeconfig%21%3Dtrue&limit=100`,
+      ],
+      [
+        "PATCH",
+        registration,
+        {
+          metadata: {
+            resourceVersion: written.body.metadata.resourceVersion,
+            finalizers: ["fleetcheck.io/member-cleanup"],
+            annotations: { "fleetcheck.io/engaged-scopes": "[]" },
+          },
+        },
+        merge,
+      ],
+      [
+        "PATCH",
+        registration,
+        { metadata: { finalizers: [], annotations: { "fleetcheck.io/engaged-scopes": null } } },
+        merge,
+      ],
+    ])
+    expect((await c.api("DELETE", registration)).status).toBe(200)
+
     const created = await hub("POST", leasePath, {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
@@ -226,7 +264,6 @@ describe("deploy/: manifests, RBAC and image", () => {
       spec: {},
     })
     expect(mcCreated.status, JSON.stringify(mcCreated.body)).toBe(201)
-    const merge = "application/merge-patch+json"
     await expectAll(hub, 200, [
       ["GET", mc],
       ["PATCH", mc, { metadata: { labels: { env: "test" } } }, merge],
@@ -259,10 +296,12 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["GET", "/api/v1/namespaces/default/secrets"],
       ["GET", watch("/api/v1/namespaces/default/secrets")],
       ["GET", "/api/v1/namespaces/kube-system/secrets/anything"],
-      // In its own namespace: read through the informer only, never written.
+      // In its own namespace: read by listing only; written only by a metadata patch (its finalizer).
       ["GET", `/api/v1/namespaces/${ns}/secrets/anything`],
       ["POST", `/api/v1/namespaces/${ns}/secrets`, { ...anyObject, kind: "Secret" }],
+      ["PUT", `/api/v1/namespaces/${ns}/secrets/anything`, { ...anyObject, kind: "Secret" }],
       ["DELETE", `/api/v1/namespaces/${ns}/secrets/anything`],
+      ["DELETE", `/api/v1/namespaces/${ns}/secrets`],
       ["POST", `/apis/batch/v1/namespaces/${ns}/jobs`, job("x")],
       ["POST", "/apis/batch/v1/namespaces/shop/jobs", job("x")],
       ["POST", `/api/v1/namespaces/${ns}/pods`, { ...anyObject, kind: "Pod" }],
@@ -479,11 +518,21 @@ describe("deploy/: manifests, RBAC and image", () => {
       await waitUntil("the finalizer on kept", 30_000, async () =>
         (await c.api("GET", kept)).body.metadata.finalizers?.includes("fleetcheck.io/cleanup"),
       )
-      await c.api("DELETE", `/api/v1/namespaces/${ns}/secrets/self`)
+      // The hub holds the registration Secret with its own finalizer until it has let go of the member.
+      const selfPath = `/api/v1/namespaces/${ns}/secrets/self`
+      expect((await c.api("GET", selfPath)).body.metadata.finalizers).toContain(
+        "fleetcheck.io/member-cleanup",
+      )
+      await c.api("DELETE", selfPath)
       await waitUntil("disengagement", 30_000, async () => {
         const mc = await c.api("GET", `${group}/memberclusters/self`)
         const bc = (await c.api("GET", kept)).body
-        return mc.status === 404 && !(bc.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup")
+        const registration = await c.api("GET", selfPath)
+        return (
+          mc.status === 404 &&
+          registration.status === 404 &&
+          !(bc.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup")
+        )
       })
     } finally {
       await hub.stop()
