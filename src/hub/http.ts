@@ -10,6 +10,7 @@
 // query parameters: an unknown, repeated or oversized one is a 400 that says which, never ignored.
 // The dashboard links relatively only, so it works under any path prefix (kubectl proxy, the API
 // server's service proxy).
+import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
@@ -21,6 +22,8 @@ import {
   checkViews,
   decodeContinue,
   type FleetFilter,
+  type FleetView,
+  filterFingerprint,
   fleetPage,
   fleetView,
   type MemberEntry,
@@ -170,7 +173,48 @@ const routes: Readonly<Record<string, ReadonlyArray<string>>> = {
 
 const isApi = (path: string) => path.startsWith("/api/")
 
-const handle = async (options: HubHttpOptions, req: IncomingMessage, res: ServerResponse) => {
+/** How long the view behind a paged walk is kept, and how many walks keep one at once. */
+export const snapshotTtlMs = 30_000
+export const maxSnapshots = 4
+
+/**
+ * The views that paged walks are reading, so a walk's continue pages are cut from the view its first
+ * page was (one consistent fleet, as a Kubernetes list is read at one resourceVersion) and cost a
+ * slice instead of a rebuild of the whole fleet. A page whose snapshot is gone (expired, evicted, or
+ * answered by another replica) is cut from a fresh view after the same keys: still every item once
+ * unless it changed status meanwhile.
+ */
+const makeSnapshots = () => {
+  const kept = new Map<string, { view: FleetView; fingerprint: string; expires: number }>()
+  const prune = (now: number) => {
+    for (const [id, s] of kept) if (s.expires <= now) kept.delete(id)
+  }
+  return {
+    newId: () => randomBytes(12).toString("base64url"),
+    take: (id: string, filter: FleetFilter): FleetView | undefined => {
+      const now = Date.now()
+      prune(now)
+      const s = kept.get(id)
+      kept.delete(id)
+      return s && s.fingerprint === filterFingerprint(filter) ? s.view : undefined
+    },
+    keep: (id: string, view: FleetView, filter: FleetFilter) => {
+      const now = Date.now()
+      prune(now)
+      while (kept.size >= maxSnapshots) kept.delete(kept.keys().next().value!)
+      kept.set(id, { view, fingerprint: filterFingerprint(filter), expires: now + snapshotTtlMs })
+    },
+    size: () => kept.size,
+  }
+}
+type Snapshots = ReturnType<typeof makeSnapshots>
+
+const handle = async (
+  options: HubHttpOptions,
+  snapshots: Snapshots,
+  req: IncomingMessage,
+  res: ServerResponse,
+) => {
   const settings = options.config ?? defaultHubConfig
   const target = req.url ?? "/"
   const url = new URL(target.startsWith("/") ? target : "/", "http://hub.invalid")
@@ -214,8 +258,19 @@ const handle = async (options: HubHttpOptions, req: IncomingMessage, res: Server
     const cursor = params.continue === undefined ? undefined : decodeContinue(params.continue, filter.filter)
     if (cursor && !cursor.ok) return fail(400, "BadRequest", cursor.error)
     if (cursor && !limit) return fail(400, "BadRequest", "continue needs limit")
-    const view = fleetView(options.members.values(), Date.now(), filter.filter)
-    const page = limit ? fleetPage(view, limit.value, cursor?.cursor, filter.filter) : view
+    if (!limit)
+      return sendJson(res, 200, {
+        ...fleetView(options.members.values(), Date.now(), filter.filter),
+        ...info,
+      })
+    const kept =
+      cursor?.cursor.snapshot === undefined
+        ? undefined
+        : snapshots.take(cursor.cursor.snapshot, filter.filter)
+    const view = kept ?? fleetView(options.members.values(), Date.now(), filter.filter)
+    const id = kept ? cursor?.cursor.snapshot : snapshots.newId()
+    const page = fleetPage(view, limit.value, cursor?.cursor, filter.filter, id)
+    if (page.metadata?.continue && id) snapshots.keep(id, view, filter.filter)
     return sendJson(res, 200, { ...page, ...info })
   }
   if (!available.answers)
@@ -271,8 +326,9 @@ const handle = async (options: HubHttpOptions, req: IncomingMessage, res: Server
 /** Starts listening; resolves with the server and the port actually bound (port 0 picks a free one). */
 export const startHubHttp = (options: HubHttpOptions): Promise<{ server: Server; port: number }> =>
   new Promise((resolve, reject) => {
+    const snapshots = makeSnapshots()
     const server = createServer((req, res) => {
-      handle(options, req, res).catch((e: unknown) => {
+      handle(options, snapshots, req, res).catch((e: unknown) => {
         if (!res.headersSent)
           send(res, 500, contentTypes.text, `internal error: ${e instanceof Error ? e.message : String(e)}\n`)
       })

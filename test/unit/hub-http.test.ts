@@ -209,6 +209,44 @@ describe("/api/v1/fleet", () => {
     assert.match(other.body.message, /other filters/)
   })
 
+  it("a walk's continue pages come from its first page's snapshot; without it, from a fresh view by key", async () => {
+    const m2 = members.get("m2")!
+    const before = m2.checks
+    const first = (await json("/api/v1/fleet?limit=2")).body
+    try {
+      // A new failing check appears after the first page: the walk does not see it (one consistent fleet).
+      const extra = healthyMember("m2", [
+        { namespace: "shop", name: "orders", status: "True" },
+        { namespace: "aaa", name: "new-failure", status: "False" },
+      ])
+      m2.checks = extra.checks
+      const walk = [...first.checks]
+      let token = first.metadata.continue
+      while (token) {
+        const page = (await json(`/api/v1/fleet?limit=2&continue=${encodeURIComponent(token)}`)).body
+        assert.strictEqual(page.generatedAt, first.generatedAt)
+        walk.push(...page.checks)
+        token = page.metadata?.continue
+      }
+      assert.strictEqual(walk.length, 5)
+      assert.isFalse(walk.some((c: any) => c.name === "new-failure"))
+      // A token whose snapshot is gone (another replica, expired): a fresh view after the same keys.
+      const raw = JSON.parse(Buffer.from(first.metadata.continue, "base64url").toString())
+      raw.s = "gone"
+      const orphan = Buffer.from(JSON.stringify(raw)).toString("base64url")
+      const fresh = (await json(`/api/v1/fleet?limit=10&continue=${orphan}`)).body
+      // After m1's unknown check: m3's (unknown, unreachable), then the verified ones; the new failure
+      // sorts before the cursor, so this walk does not show it.
+      assert.deepStrictEqual(
+        fresh.checks.map((c: any) => `${c.cluster}/${c.name}`),
+        ["m3/orders", "m1/orders", "m2/orders"],
+      )
+      assert.notStrictEqual(fresh.generatedAt, undefined)
+    } finally {
+      m2.checks = before
+    }
+  })
+
   it("a standby or syncing hub answers 503 with why, on the API and the dashboard", async () => {
     availability = {
       answers: false,
