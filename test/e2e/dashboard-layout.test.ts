@@ -10,10 +10,11 @@
 import { accessSync, constants, mkdirSync } from "node:fs"
 import { createServer, request, type Server } from "node:http"
 import { join } from "node:path"
-import { type Browser, chromium, type Locator, type Page } from "playwright-core"
+import { type Browser, chromium } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
+import { clampOf, layoutProblems } from "../support/browser-layout.ts"
 import { type CheckSpec, healthyMember, membersMap, unreachableMember } from "../support/fleet-members.ts"
 
 const root = new URL("../../", import.meta.url).pathname
@@ -85,58 +86,6 @@ const requireChromium = () => {
     )
   }
 }
-
-/** Lines an element shows, and whether it hides some of its text (clamped or cut with an ellipsis). */
-const clampOf = (l: Locator) =>
-  l.evaluate((e) => {
-    // Runs in the page; the project compiles without the DOM library.
-    const { getComputedStyle } = globalThis as any
-    const style = getComputedStyle(e)
-    const lineHeight = Number.parseFloat(style.lineHeight)
-    return {
-      lines: Math.round(e.getBoundingClientRect().height / lineHeight),
-      hides: e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1,
-    }
-  })
-
-/** Every way a table column is out of reach, or the page scrolls sideways; empty when the layout holds. */
-const layoutProblems = (page: Page): Promise<string[]> =>
-  page.evaluate(() => {
-    const { document, window } = globalThis as any
-    const problems: string[] = []
-    const vw = document.documentElement.clientWidth
-    if (document.documentElement.scrollWidth > vw + 1)
-      problems.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} px > ${vw} px`)
-    for (const table of Array.from<any>(document.querySelectorAll("table"))) {
-      const container = table.closest(".scroll")
-      const name = table.getAttribute("aria-labelledby")
-      if (!container) {
-        problems.push(`table ${name} is not in a scroll container`)
-        continue
-      }
-      for (const row of Array.from<any>(table.rows).slice(0, 40)) {
-        for (const cell of Array.from<any>(row.cells)) {
-          if (cell.colSpan > 1) continue
-          cell.scrollIntoView({ block: "nearest", inline: "nearest" })
-          const c = container.getBoundingClientRect()
-          const b = cell.getBoundingClientRect()
-          if (
-            b.width === 0 ||
-            b.left < c.left - 1 ||
-            b.right > c.right + 1 ||
-            b.left < -1 ||
-            b.right > vw + 1
-          )
-            problems.push(
-              `${name} row ${row.rowIndex} column ${cell.cellIndex}: cell ${Math.round(b.left)}–${Math.round(b.right)} px, container ${Math.round(c.left)}–${Math.round(c.right)} px, viewport ${vw} px`,
-            )
-        }
-      }
-      container.scrollLeft = 0
-    }
-    window.scrollTo(0, 0)
-    return problems
-  })
 
 describe("dashboard layout in a real browser", () => {
   let hub: Server | undefined

@@ -1,13 +1,16 @@
 // The dashboard as a person sees it: a real local fleet (hub + 2 members) with the dev samples, the hub
-// in this process, and a real headless Chromium with JavaScript disabled reading `/`. Asserts on the
-// rendered text (innerText, so only what is visible counts), not on the HTML source, and saves a
-// full-page screenshot to test-results/dashboard.png for a human to look at (CI keeps test-results/).
+// in this process (through the one launcher), and a real headless Chromium with JavaScript disabled
+// reading `/`, then drilling down to a check and its cluster. Asserts on the rendered text (innerText,
+// so only what is visible counts), not on the HTML source, and saves full-page screenshots to
+// test-results/dashboard*.png for a human to look at (CI keeps test-results/). The layout against
+// hostile names and small screens is test/e2e/dashboard-layout.test.ts (no cluster needed).
 // Chromium comes from the distribution (config/install-chromium.sh); CHROMIUM_PATH overrides where.
 import { accessSync, constants, mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { type Browser, type BrowserContext, chromium, type Locator, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalFleet, prepareFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { layoutProblems } from "../support/browser-layout.ts"
 import { type RunningHub, startHub } from "../support/hub.ts"
 import { sleep } from "../support/wait.ts"
 
@@ -176,6 +179,96 @@ describe("dashboard in a real browser (JavaScript disabled)", () => {
     await page.screenshot({ path: shot, fullPage: true })
     console.log(`dashboard screenshot: ${shot}`)
     await page.close()
+  })
+
+  it("serves every route with the security headers, typed, and refuses unknown query parameters", async () => {
+    for (const path of [
+      "/",
+      "/api/v1/fleet",
+      "/healthz",
+      "/readyz",
+      "/metrics",
+      "/check?cluster=x&namespace=y&name=z",
+    ]) {
+      const res = await fetch(`${hub!.url}${path}`)
+      await res.arrayBuffer()
+      const csp = res.headers.get("content-security-policy") ?? ""
+      expect(csp, path).toMatch(/^default-src 'none';/)
+      expect(csp, path).toContain("frame-ancestors 'none'")
+      expect(csp, path).not.toContain("script-src")
+      expect(res.headers.get("x-content-type-options"), path).toBe("nosniff")
+      expect(res.headers.get("referrer-policy"), path).toBe("no-referrer")
+    }
+    const api = await fetch(`${hub!.url}/api/v1/fleet`)
+    expect(api.headers.get("content-type")).toBe("application/json; charset=utf-8")
+    const bad = await fetch(`${hub!.url}/api/v1/fleet?clusters=member-1`)
+    expect(bad.status).toBe(400)
+    expect(((await bad.json()) as { message: string }).message).toContain(
+      'unknown query parameter "clusters"',
+    )
+  })
+
+  it("pages the fleet API: limit=1 answers one check and a continue token for the other", async () => {
+    const first = (await (await fetch(`${hub!.url}/api/v1/fleet?limit=1`)).json()) as FleetJson & {
+      metadata: { continue?: string; remainingItemCount?: number }
+    }
+    expect(first.checks.map((c) => c.name)).toEqual(["payments-db-weekly"])
+    expect(first.metadata.remainingItemCount).toBe(2) // one cluster, one check
+    const second = (await (
+      await fetch(`${hub!.url}/api/v1/fleet?limit=1&continue=${encodeURIComponent(first.metadata.continue!)}`)
+    ).json()) as FleetJson & { metadata: { continue?: string } }
+    expect(second.checks.map((c) => c.name)).toEqual(["orders-db-nightly"])
+    expect(second.metadata.continue).toBeUndefined()
+  })
+
+  it("drills down from the overview to the failing check and its cluster", async () => {
+    const page = await context!.newPage()
+    await page.goto(`${hub!.url}/`, { waitUntil: "load" })
+    await page.getByRole("link", { name: "payments/payments-db-weekly" }).click()
+    await page.waitForLoadState("load")
+    expect(new URL(page.url()).pathname).toBe("/check")
+    const failingApi = api.checks.find((c) => c.status === "False")!
+    const text = await seen(page.locator("body"))
+    expect(text).toContain("payments/payments-db-weekly")
+    expect(text).toContain("ChecksumMismatch")
+    expect(text).toContain(failingApi.message)
+    expect(text).toContain("payments-2026-11-28") // spec.backup.name
+    expect(text).toContain("s3://backups/payments/2026-11-28")
+    expect(text).toContain("registry.example/restore-tool:1.4")
+    expect(text).toMatch(/Result\s+Failed/)
+    expect(text).toContain(failingApi.traceID!)
+    await expect(seen(page.locator(".badge.bad").first())).resolves.toBe("Failing")
+    mkdirSync(resultsDir, { recursive: true })
+    await page.screenshot({ path: join(resultsDir, "dashboard-check.png"), fullPage: true })
+    await page.getByRole("link", { name: "member-2" }).click()
+    await page.waitForLoadState("load")
+    expect(new URL(page.url()).pathname).toBe("/cluster")
+    const cluster = await seen(page.locator("body"))
+    expect(cluster).toContain("member-2")
+    expect(cluster).toMatch(/Ready\s+True\s+CachesSynced/)
+    expect(cluster).toMatch(/BackupsVerified\s+False\s+ChecksFailing/)
+    expect(cluster).toContain("v1.37.2")
+    const checks = await rowsOf(page, "Backup checks")
+    expect(checks.texts).toHaveLength(1)
+    expect(checks.texts[0]).toContain("payments-db-weekly")
+    await page.screenshot({ path: join(resultsDir, "dashboard-cluster.png"), fullPage: true })
+    await page.close()
+  })
+
+  it("at 390 px every column of the real fleet's tables is reachable and the page does not scroll sideways", async () => {
+    const narrow = await browser!.newContext({
+      javaScriptEnabled: false,
+      viewport: { width: 390, height: 844 },
+    })
+    try {
+      const page = await narrow.newPage()
+      await page.goto(`${hub!.url}/`, { waitUntil: "load" })
+      expect(await layoutProblems(page)).toEqual([])
+      mkdirSync(resultsDir, { recursive: true })
+      await page.screenshot({ path: join(resultsDir, "dashboard-390.png"), fullPage: true })
+    } finally {
+      await narrow.close()
+    }
   })
 
   it("?failing=true shows only the failing check", async () => {
