@@ -144,7 +144,8 @@ export const readFilter = (
 ): { readonly ok: true; readonly filter: FleetFilter } | { readonly ok: false; readonly error: string } => {
   const failing = boolParam("failing", params.failing)
   if (!failing.ok) return failing
-  const status = params.status
+  // An empty value is no filter: the dashboard's form sends every field, "any" status as "".
+  const status = params.status || undefined
   if (status !== undefined && !conditionStatuses.includes(status as ConditionStatus))
     return { ok: false, error: `status must be one of ${conditionStatuses.join(", ")}` }
   const label = params.label === undefined ? undefined : parseLabelSelector(params.label)
