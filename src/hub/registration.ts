@@ -136,12 +136,6 @@ interface SecretState {
   held: Held[]
   /** What the current fiber was started for. */
   signature?: string
-  /** The last engine started for this Secret: its scope and fiber (others wait for it to stop). */
-  engine?: {
-    readonly cluster: ClusterRef
-    readonly namespaces: Namespaces
-    readonly fiber: Fiber.Fiber<unknown, unknown>
-  }
   /** The cluster of the last accepted kubeconfig, to requeue the Secrets that share it. */
   cluster?: ClusterRef
   /** The last failed release, shown on the MemberCluster while disengaging. */
@@ -177,6 +171,16 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   const policy = policyOf(config)
   const fibers = yield* FiberMap.make<string>()
   const states = new Map<string, SecretState>()
+  /**
+   * Every engine fiber that may still run (current ones, and replaced ones still draining), with its
+   * Secret and scope: a new engine first waits for those of other Secrets it overlaps to stop.
+   */
+  const engines = new Set<{
+    readonly name: string
+    readonly cluster: ClusterRef
+    readonly namespaces: Namespaces
+    readonly fiber: Fiber.Fiber<unknown, unknown>
+  }>()
   const checkCache = new Map<string, { readonly rv: string; readonly result: KubeconfigCheck }>()
   const backoff = new ItemExponentialFailureRateLimiter(releaseBackoff)
 
@@ -391,12 +395,11 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           : undefined
       const displaced: Array<Fiber.Fiber<unknown, unknown>> = []
       if (engineScope) {
-        for (const [other, ost] of states) {
-          if (other === name || !ost.engine) continue
-          if (!sameCluster(ost.engine.cluster, engineScope.cluster)) continue
-          if (!overlaps(ost.engine.namespaces, engineScope.namespaces)) continue
-          displaced.push(ost.engine.fiber)
-          enqueue(other)
+        for (const e of engines) {
+          if (e.name === name || !sameCluster(e.cluster, engineScope.cluster)) continue
+          if (!overlaps(e.namespaces, engineScope.namespaces)) continue
+          displaced.push(e.fiber)
+          enqueue(e.name)
         }
       }
       const entry = members.get(name)
@@ -445,7 +448,11 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           return yield* Effect.never
         }).pipe(Effect.scoped, Effect.annotateLogs({ cluster: name })),
       )
-      if (engineScope) st.engine = { ...engineScope, fiber }
+      if (engineScope) {
+        const running = { name, ...engineScope, fiber }
+        engines.add(running)
+        fiber.addObserver(() => engines.delete(running))
+      }
     })
 
   /**
