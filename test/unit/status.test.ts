@@ -1,4 +1,3 @@
-// Tests of the `fleetcheck status` command (paging).
 // `fleetcheck status` reads every page of the fleet API: the table and the exit code cover the whole
 // fleet, not the first page; a page that fails mid-walk is exit 3, never a partial "all good".
 import type { Server } from "node:http"
