@@ -454,6 +454,72 @@ describe("registration lifecycle", () => {
     await everyCheckDeletable()
   }, 240_000)
 
+  it("an earlier registration re-pointed onto a cluster a later one engages takes it over: the later is refused, never two engines", async () => {
+    const hub = await start()
+    await register("early", m1.kubeconfig)
+    await sleep(1_100) // creationTimestamp has one-second resolution
+    await register("late", m2.kubeconfig)
+    await createCheck(m1, "apps", "early-check")
+    await createCheck(m2, "apps", "late-check")
+    await waitCarries(m1, "apps", "early-check", true)
+    await waitCarries(m2, "apps", "late-check", true)
+    await waitReady("early")
+    await waitReady("late")
+
+    let together = 0
+    const sampler = setInterval(() => {
+      if (hub.members.get("early")?.engineRunning && hub.members.get("late")?.engineRunning) {
+        // Both run, but on m2 only if both point there: early's engine on m1 may still be draining.
+        const earlyOnM2 = hub.members
+          .get("early")
+          ?.checks()
+          .some((c) => c.metadata.name === "late-check")
+        const lateOnM2 = hub.members
+          .get("late")
+          ?.checks()
+          .some((c) => c.metadata.name === "late-check")
+        if (earlyOnM2 && lateOnM2) together++
+      }
+    }, 10)
+    try {
+      await patchSecret("early", { data: { kubeconfig: b64(m2.kubeconfig) } })
+      await waitUntil(
+        "MemberCluster late: Ready=False DuplicateMember",
+        20_000,
+        async () => (await readyReason("late")) === "DuplicateMember",
+      )
+      await waitUntil(
+        "early engaged on m2",
+        30_000,
+        async () =>
+          (await readyReason("early")) === "CachesSynced" &&
+          hub.members
+            .get("early")
+            ?.checks()
+            .some((c) => c.metadata.name === "late-check"),
+      )
+      // m1 is no longer anyone's: released. m2's check is early's now, and keeps the finalizer.
+      await waitCarries(m1, "apps", "early-check", false)
+      await sleep(1_000)
+      expect(await carries(m2, "apps", "late-check")).toBe(true)
+      expect(hub.members.get("late")?.engineRunning).toBe(false)
+      expect(together).toBe(0)
+    } finally {
+      clearInterval(sampler)
+    }
+
+    await deleteSecret("early")
+    await waitLetGo("early")
+    await waitUntil(
+      "late engaged once early is gone",
+      30_000,
+      async () => (await readyReason("late")) === "CachesSynced",
+    )
+    await deleteSecret("late")
+    await waitLetGo("late")
+    await everyCheckDeletable()
+  }, 180_000)
+
   it("disengaging hung members does not delay engaging another Secret", async () => {
     const hub = await start()
     // Two registrations of one member, in disjoint namespaces, so both have engines.
