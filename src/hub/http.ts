@@ -205,7 +205,6 @@ const makeSnapshots = () => {
       while (kept.size >= maxSnapshots) kept.delete(kept.keys().next().value!)
       kept.set(id, { view, fingerprint: filterFingerprint(filter), expires: now + snapshotTtlMs })
     },
-    size: () => kept.size,
   }
 }
 type Snapshots = ReturnType<typeof makeSnapshots>
