@@ -72,7 +72,9 @@ export type FleetSummary = z.output<typeof FleetSummarySchema>
 /**
  * The fleet API's answer. With `limit`, clusters (by name) and checks (failing first) are paged side
  * by side: a page holds at most `limit` of each, and concatenating the pages' clusters and checks gives
- * the whole view. Without `limit`, one answer holds everything.
+ * the whole view. Continue pages are cut from the first page's view while the hub keeps it (30 s
+ * between pages; `generatedAt` says when it was taken), else from a fresh view after the last keys
+ * returned. Without `limit`, one answer holds everything.
  */
 export const FleetViewSchema = z.object({
   generatedAt: z.string(),
