@@ -153,7 +153,8 @@ describe("dashboard in a real browser (JavaScript disabled)", () => {
 
     const clusters = await rowsOf(page, "Clusters")
     expect(clusters.texts).toHaveLength(2)
-    for (const [i, name] of ["member-1", "member-2"].entries()) {
+    // member-2 has the failing check: it comes first.
+    for (const [i, name] of ["member-2", "member-1"].entries()) {
       const row = clusters.rows.nth(i)
       expect(clusters.texts[i]).toContain(name)
       // Ready and Connected are green badges that say so, not a check verdict.
@@ -161,8 +162,8 @@ describe("dashboard in a real browser (JavaScript disabled)", () => {
       expect(okBadges).toEqual(expect.arrayContaining(["Ready", "Connected"]))
     }
     // member-2 shows its one failing check in the counts (verified / total, failing).
-    expect(clusters.texts[1]).toMatch(/0 \/ 1\s+1\s+0/)
-    expect(clusters.texts[0]).toMatch(/1 \/ 1\s+0\s+0/)
+    expect(clusters.texts[0]).toMatch(/0 \/ 1\s+1\s+0/)
+    expect(clusters.texts[1]).toMatch(/1 \/ 1\s+0\s+0/)
 
     // Nothing is cut off or needs sideways scrolling on an ordinary laptop screen (1280 px wide).
     for (const name of ["Clusters", "Backup checks"]) {

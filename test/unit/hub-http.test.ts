@@ -313,6 +313,18 @@ describe("dashboard pages", () => {
     assert.include((await get("/", traceBase)).text, `href="https://tempo.example/trace/${trace}?x=1"`)
   })
 
+  it("lists clusters needing attention first on the overview (the API keeps name order)", async () => {
+    const text = (await get("/")).text
+    const clusters = text.slice(text.indexOf('id="clusters"'), text.indexOf('id="checks"'))
+    const order = [...clusters.matchAll(/href="\.\/cluster\?name=([^"]+)"/g)].map((m) => m[1])
+    assert.deepStrictEqual(order, ["m1", "m3", "m2"]) // failing, unreachable, healthy
+    const api = (await json("/api/v1/fleet")).body
+    assert.deepStrictEqual(
+      api.clusters.map((c: any) => c.name),
+      ["m1", "m2", "m3"],
+    )
+  })
+
   it("pages the overview: counts for the whole view, failing first, previous/next links", async () => {
     const big = membersMap(
       Array.from({ length: 3 }, (_, c) =>

@@ -1,5 +1,5 @@
 // The overview at /: the fleet's counts, a filter form (a plain GET form, no JavaScript), the clusters
-// and the checks, failing and unknown checks first, a page at a time (clusters and checks side by
+// (those needing attention first) and the checks, failing and unknown checks first, a page at a time (clusters and checks side by
 // side, dashboardPageSize of each), with relative previous/next links that keep the filters.
 import { type FleetView, isClusterHealthy } from "../../api/fleet.ts"
 import { summarize } from "../fleet-state.ts"
@@ -98,11 +98,19 @@ const range = (first: number, last: number, total: number, word: string) =>
       ? `${first}–${last} of ${plural(total, word)}`
       : plural(total, word)
 
+/** Clusters that need a look first (unhealthy or failing, then unknown), then by name. */
+const clusterRank = (c: FleetView["clusters"][number]) =>
+  !isClusterHealthy(c) || c.counts.failed > 0 ? 0 : c.counts.unknown > 0 ? 1 : 2
+
 export const renderOverview = (view: FleetView, opts: OverviewOptions): string => {
   const summary = view.summary ?? summarize(view.clusters, view.checks)
   const { failed, unknown } = summary.checks
   const size = opts.pageSize
-  const clusters = pageSlice(view.clusters, opts.page, size)
+  const ordered = view.clusters
+    .map((c) => [clusterRank(c), c] as const)
+    .sort(([a, x], [b, y]) => a - b || (x.name < y.name ? -1 : x.name > y.name ? 1 : 0))
+    .map(([, c]) => c)
+  const clusters = pageSlice(ordered, opts.page, size)
   const checks = pageSlice(view.checks, opts.page, size)
   const pages = Math.max(clusters.pages, checks.pages)
   const { page: _page, ...keep } = opts.params
@@ -122,7 +130,7 @@ export const renderOverview = (view: FleetView, opts: OverviewOptions): string =
 <nav class="quick"><a href="./">All checks</a> · <a href="./?failing=true">Failing or unknown only</a></nav>
 ${filterForm(opts.params)}
 ${pager("./", keep, opts.page, pages)}
-<h2 id="clusters">Clusters <span class="muted">${range(clusters.first, clusters.last, view.clusters.length, "cluster")}</span></h2>
+<h2 id="clusters">Clusters <span class="muted">(needing attention first) ${range(clusters.first, clusters.last, view.clusters.length, "cluster")}</span></h2>
 <div class="scroll" role="region" aria-labelledby="clusters" tabindex="0"><table aria-labelledby="clusters">
 <thead><tr><th>Cluster</th><th>Ready</th><th>Connected</th><th>Credentials</th><th class="num">Verified</th><th class="num">Failing</th><th class="num">Unknown</th><th>Version</th></tr></thead>
 <tbody>
