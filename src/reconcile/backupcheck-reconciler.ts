@@ -477,7 +477,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         }
       }
       for (const job of newerRuns(next.lastRun, owned)) {
-        const runID = runIDOf(job)!
+        const runID = runIDOf(job)
+        if (runID === undefined) continue // newerRuns only returns labelled Jobs
         yield* linkRun(runID)
         const run = runningRecord(job, runID)
         if (jobPhase(job) === "Active") setLastRun(run)
