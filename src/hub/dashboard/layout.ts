@@ -27,6 +27,8 @@ export const css = `
   .row-bad { background: #fff6f6; } .row-unknown { background: #f8f9fb; }
   .muted { color: #6a737d; font-size: .8rem; }
   .name { min-width: 9rem; max-width: 22rem; }
+  @media (min-width: 900px) { .check-name { min-width: 14rem; } }
+  .trace code { display: inline-block; width: 16.5ch; overflow-wrap: anywhere; }
   .clamp { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 3; overflow: hidden; overflow-wrap: anywhere; }
   .msg { color: #444; font-size: .85rem; min-width: 14rem; max-width: 36rem; }
   .labels { display: flex; flex-wrap: wrap; gap: .2rem; max-width: 22rem; }
@@ -156,11 +158,11 @@ export const checksTable = (
     (c) => html`<tr class="${rowClass(c.status)}">
   <td>${badge(c.status)}</td>
   ${opts.withCluster ? html`<td class="name"><a class="clamp" href="${clusterHref(c.cluster)}" title="${c.cluster}">${c.cluster}</a></td>` : nothing}
-  <td class="name"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
+  <td class="name check-name"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
   <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}</td>
   <td>${time(c.lastSuccessfulTime, html`<span class="muted">never</span>`)}</td>
   <td>${time(c.nextRunTime, html`<span class="muted">—</span>`)}</td>
-  <td class="nowrap">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>
+  <td class="trace">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>
 </tr>`,
   )
   return html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
