@@ -22,6 +22,7 @@ import {
   isVerified,
 } from "../api/fleet.ts"
 import type { CheckCounts, MemberClusterStatus } from "../api/membercluster.ts"
+import { kubeconfigRefusalReasons } from "../kubeconfig/policy.ts"
 
 export type { CheckView, ClusterView, FleetView }
 
@@ -181,7 +182,10 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
         "RegistrationRefused",
         "the registration Secret was refused; nothing is probed",
       ),
-      cond("CredentialsValid", "False", m.refused.reason, m.refused.message),
+      // Only a refused kubeconfig says something about the credentials (not, e.g., DuplicateMember).
+      m.refused.reason in kubeconfigRefusalReasons
+        ? cond("CredentialsValid", "False", m.refused.reason, m.refused.message)
+        : cond("CredentialsValid", "Unknown", "RegistrationRefused", "no engine runs for this member"),
       cond("BackupsVerified", "Unknown", "RegistrationRefused", "no engine runs for this member"),
     ]
   }

@@ -45,8 +45,8 @@ export interface HubHttpOptions {
   readonly isLeader: () => boolean
   readonly availability: () => Availability
   readonly identity: string
-  /** The dashboard's settings; the defaults of src/hub/config.ts when not given. */
-  readonly config?: DashboardSettings
+  /** The dashboard's settings (page size, trace link template). */
+  readonly config: DashboardSettings
 }
 
 /** The policy every answer carries: no script, no plugin, no frame, only the dashboard's stylesheet. */

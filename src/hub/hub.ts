@@ -93,6 +93,7 @@ export const runHub = Effect.fnUntraced(function* (
       isLeader: () => leading,
       availability,
       identity,
+      config,
     }),
   )
   yield* Effect.addFinalizer(() => Effect.promise(() => new Promise<void>((r) => server.close(() => r()))))

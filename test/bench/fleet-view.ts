@@ -9,6 +9,7 @@
 //
 //   node test/bench/fleet-view.ts [members] [checks per member] [limit]     (defaults 1000 100 500)
 import { performance } from "node:perf_hooks"
+import { defaultHubConfig } from "../../src/hub/config.ts"
 import { fleetPage, fleetView } from "../../src/hub/fleet-state.ts"
 import { startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
@@ -46,6 +47,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 }
 
 const { server, port } = await startHubHttp({
+  config: defaultHubConfig,
   host: "127.0.0.1",
   port: 0,
   members,

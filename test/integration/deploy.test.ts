@@ -350,6 +350,27 @@ describe("deploy/: manifests, RBAC and image", () => {
       job("rbac-1", { name: "rbac", uid: created.body.metadata.uid }),
     )
     expect(restore.status, JSON.stringify(restore.body)).toBe(201)
+    // Reading one Job by name (a name already taken, a run's Job gone) and an Event on the check.
+    const one = await member("GET", "/apis/batch/v1/namespaces/shop/jobs/rbac-1")
+    expect(one.status, JSON.stringify(one.body)).toBe(200)
+    const skipped = await member("POST", "/apis/events.k8s.io/v1/namespaces/shop/events", {
+      apiVersion: "events.k8s.io/v1",
+      kind: "Event",
+      metadata: { name: "rbac.skipped" },
+      eventTime: new Date().toISOString().replace(/Z$/, "000Z"),
+      reportingController: "fleetcheck.io/hub",
+      reportingInstance: "deploy-test",
+      action: "Schedule",
+      reason: "RunSkipped",
+      type: "Warning",
+      regarding: {
+        apiVersion: "fleetcheck.io/v1alpha1",
+        kind: "BackupCheck",
+        namespace: "shop",
+        name: "rbac",
+      },
+    })
+    expect(skipped.status, JSON.stringify(skipped.body)).toBe(201)
     const deleted = await member("DELETE", "/apis/batch/v1/namespaces/shop/jobs/rbac-1", {
       apiVersion: "v1",
       kind: "DeleteOptions",
@@ -383,7 +404,6 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["PUT", check, created.body],
       ["DELETE", check],
       ["PATCH", "/apis/batch/v1/namespaces/shop/jobs/rbac-1", {}, merge],
-      ["GET", "/apis/batch/v1/namespaces/shop/jobs/rbac-1"],
       ["POST", "/api/v1/namespaces/shop/pods", { ...anyObject, kind: "Pod" }],
       ["GET", "/api/v1/namespaces/shop/pods/anything/log"],
       ["POST", "/apis/batch/v1/namespaces/shop/cronjobs", { ...anyObject, kind: "CronJob" }],
@@ -457,6 +477,8 @@ describe("deploy/: manifests, RBAC and image", () => {
     const hub = await launchHub({
       config: {
         ...fastConfig,
+        // The test reads the hub's log lines (every refusal and "became leader"): all of them.
+        logLevel: "Info",
         namespace: ns,
         maxConcurrentReconciles: 8,
         leaderElect: true,

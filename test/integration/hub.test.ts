@@ -219,7 +219,9 @@ describe("hub with three members", () => {
 
   it("bad Secrets each give a MemberCluster that says what is wrong; the hub stays ready, others keep verifying", async () => {
     const good = members[0]!.kubeconfig
-    const withToken = good.replace(/token: .*/, "token: wrong-token-0000")
+    // A cluster no other registration names (the hub's own API server), so the wrong token is what is
+    // wrong, not a second registration of m1 (that one is refused as DuplicateMember).
+    const withToken = hubCluster.kubeconfig.replace(/token: .*/, "token: wrong-token-0000")
     const withCa = good.replace(
       /certificate-authority-data: .*/,
       `certificate-authority-data: ${b64(fleet.cluster("m2").caPem)}`,

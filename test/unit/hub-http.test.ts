@@ -39,7 +39,7 @@ let traceBase = ""
 
 const start = async (
   m: Map<string, MemberEntry>,
-  config?: { dashboardPageSize: number; traceUrlTemplate?: string },
+  config: { dashboardPageSize: number; traceUrlTemplate?: string } = defaultHubConfig,
 ) =>
   startHubHttp({
     host: "127.0.0.1",
@@ -49,7 +49,7 @@ const start = async (
     isLeader: () => true,
     availability: () => availability,
     identity: "hub-test",
-    ...(config ? { config } : {}),
+    config,
   })
 
 beforeAll(async () => {

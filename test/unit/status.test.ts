@@ -3,6 +3,7 @@
 import type { Server } from "node:http"
 import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
 import { runStatus } from "../../src/cli/status.ts"
+import { defaultHubConfig } from "../../src/hub/config.ts"
 import { type Availability, startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
 import { healthyMember, membersMap } from "../support/fleet-members.ts"
@@ -22,6 +23,7 @@ let hub = ""
 
 beforeAll(async () => {
   const s = await startHubHttp({
+    config: defaultHubConfig,
     host: "127.0.0.1",
     port: 0,
     members,

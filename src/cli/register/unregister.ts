@@ -11,6 +11,7 @@ import { Effect, Schedule } from "effect"
 import {
   createdByAnnotation,
   finalizerName,
+  memberCleanupFinalizer,
   memberContextAnnotation,
   registrationAnnotation,
   registrationLabel,
@@ -157,6 +158,29 @@ const unregister = Effect.fnUntraced(function* (a: UnregisterArgs) {
       ? `  removed finalizer ${finalizerName} from ${released} BackupCheck(s) the hub had not released`
       : `  no BackupCheck carries ${finalizerName}`,
   )
+  if (!gone) {
+    // No hub let go: the member is released now, so the hub's hold on the Secret and its stale
+    // MemberCluster can go too (a hub that starts later finds nothing left to release).
+    const stale = yield* hub.get<Manifest>(secretPath)
+    const finalizers: ReadonlyArray<string> = (stale?.metadata.finalizers as string[] | undefined) ?? []
+    if (stale && finalizers.includes(memberCleanupFinalizer)) {
+      yield* hub.request({
+        method: "PATCH",
+        path: secretPath,
+        contentType: "application/merge-patch+json",
+        body: {
+          metadata: {
+            resourceVersion: stale.metadata.resourceVersion,
+            finalizers: finalizers.filter((f) => f !== memberCleanupFinalizer),
+          },
+        },
+      })
+      yield* out(
+        `  removed the hub's finalizer ${memberCleanupFinalizer} from Secret ${hubNamespace}/${name}`,
+      )
+    }
+    if (yield* hub.del(mcPath)) yield* out(`  deleted the stale MemberCluster ${name}`)
+  }
   if (yield* member.del(saPath))
     yield* out(
       `  deleted ServiceAccount ${saNamespace}/${sa.metadata.name} (every token issued for it is now invalid)`,
