@@ -11,21 +11,12 @@ import {
 } from "../../clusters/local-fleet/index.ts"
 import { namespacesAnnotation, registrationLabel } from "../../src/api/names.ts"
 import { backupChecks, pathOf, secrets } from "../../src/kube/resources.ts"
+import { backupCheck } from "../support/backupcheck.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { startProxy, type TcpProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const hung = Array.from({ length: 8 }, (_, i) => `hung-${i + 1}`)
-
-const check = (name: string, namespace: string, containers: ReadonlyArray<Record<string, unknown>>) => ({
-  apiVersion: "fleetcheck.io/v1alpha1",
-  kind: "BackupCheck",
-  metadata: { name, namespace },
-  spec: {
-    backup: { name: `${name}-backup` },
-    jobTemplate: { spec: { template: { spec: { containers } } } },
-  },
-})
 
 describe("fairness across members", () => {
   let fleet: LocalFleet
@@ -91,7 +82,9 @@ describe("fairness across members", () => {
             await member.api(
               "POST",
               pathOf(backupChecks, { namespace: ns }),
-              check(`refused-${i}`, ns, [{ name: "Not_A_DNS_Label", image: "restore:1" }]),
+              backupCheck(`refused-${i}`, ns, {
+                containers: [{ name: "Not_A_DNS_Label", image: "restore:1" }],
+              }),
             )
           ).status,
         ).toBe(201)
@@ -105,7 +98,7 @@ describe("fairness across members", () => {
         await member.api(
           "POST",
           pathOf(backupChecks, { namespace: "healthy" }),
-          check("orders", "healthy", [{ name: "restore", image: "restore:1" }]),
+          backupCheck("orders", "healthy"),
         )
       ).status,
     ).toBe(201)

@@ -13,22 +13,11 @@ import {
 import { hubLeaseName } from "../../src/api/names.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { leases, pathOf } from "../../src/kube/resources.ts"
+import { backupCheck } from "../support/backupcheck.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const ns = "apps"
-
-const check = (name: string) => ({
-  apiVersion: "fleetcheck.io/v1alpha1",
-  kind: "BackupCheck",
-  metadata: { name, namespace: ns },
-  spec: {
-    backup: { name: `${name}-backup` },
-    jobTemplate: {
-      spec: { template: { spec: { containers: [{ name: "restore", image: "restore:1" }] } } },
-    },
-  },
-})
 
 describe("hub wiring", () => {
   let fleet: LocalFleet
@@ -102,8 +91,13 @@ describe("hub wiring", () => {
 
   const createCheck = async (name: string) =>
     expect(
-      (await member.api("POST", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`, check(name)))
-        .status,
+      (
+        await member.api(
+          "POST",
+          `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`,
+          backupCheck(name, ns),
+        )
+      ).status,
     ).toBe(201)
 
   afterAll(async () => {
@@ -241,7 +235,7 @@ describe("hub wiring", () => {
         await member.api(
           "POST",
           `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`,
-          check("after-outage"),
+          backupCheck("after-outage", ns),
         )
       ).status,
     ).toBe(201)

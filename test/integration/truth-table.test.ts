@@ -15,28 +15,12 @@ import {
 import { registrationLabel } from "../../src/api/names.ts"
 import { runStatus } from "../../src/cli/status.ts"
 import { backupChecks, memberClusters, pathOf, secrets } from "../../src/kube/resources.ts"
+import { backupCheck } from "../support/backupcheck.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const ns = "apps"
 const deployMember = new URL("../../deploy/member", import.meta.url).pathname
-
-const check = (name: string, annotations: Record<string, string> = {}) => ({
-  apiVersion: "fleetcheck.io/v1alpha1",
-  kind: "BackupCheck",
-  metadata: { name, namespace: ns },
-  spec: {
-    backup: { name: `${name}-backup` },
-    jobTemplate: {
-      spec: {
-        template: {
-          metadata: { annotations },
-          spec: { containers: [{ name: "restore", image: "restore:1" }] },
-        },
-      },
-    },
-  },
-})
 
 interface Row {
   readonly fleet: { status: string; reason: string } | undefined
@@ -135,7 +119,9 @@ describe("truth table: every view under every fault", () => {
       [m1, "a"],
       [m2, "b"],
     ] as const)
-      expect((await m.api("POST", pathOf(backupChecks, { namespace: ns }), check(name))).status).toBe(201)
+      expect(
+        (await m.api("POST", pathOf(backupChecks, { namespace: ns }), backupCheck(name, ns))).status,
+      ).toBe(201)
   }, 180_000)
 
   afterAll(async () => {
