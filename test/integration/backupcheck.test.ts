@@ -595,11 +595,14 @@ describe("BackupCheck controller on a real cluster", () => {
       })
       expect(verified(obj)).toMatchObject({ status: "True", observedGeneration: 2 })
       expect(obj.status.observedGeneration).toBe(2)
-      // Every state written for generation 2 before g2 ended said Unknown, never the old True.
-      const states = recorder.states("respec")
-      const firstGreen = states.find(
-        (x) => x.status.observedGeneration === 2 && verified(x)?.status === "True",
+      // Every state written for generation 2 before g2 ended said Unknown, never the old True. (The
+      // recorder reads a watch, which may be a moment behind the GET above.)
+      const isGreen2 = (x: any) => x.status.observedGeneration === 2 && verified(x)?.status === "True"
+      await waitUntil("the recorder to see generation 2 green", 10_000, () =>
+        recorder.states("respec").some(isGreen2),
       )
+      const states = recorder.states("respec")
+      const firstGreen = states.find(isGreen2)
       expect(firstGreen?.status.lastRun).toMatchObject({ runID: "g2", result: "Succeeded" })
       for (const state of states) {
         if (state.status.observedGeneration === 2 && state.status.lastRun?.result === "Running") {
