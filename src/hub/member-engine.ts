@@ -15,7 +15,7 @@ import {
 import type { GlobalLimit } from "../engine/global-limit.ts"
 import { type InformerSet, makeInformerSet } from "../engine/informer/informer-set.ts"
 import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "../engine/workqueue/workqueue.ts"
-import { type KubeClient, type KubeError, makeKubeClient } from "../kube/client.ts"
+import { type KubeClient, type KubeError, type KubeRequest, makeKubeClient } from "../kube/client.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
 
@@ -61,6 +61,14 @@ export interface MemberEngine {
   readonly hasSynced: () => boolean
   /** Resolves when both caches have listed once; callers bound it with their own timeout. */
   readonly awaitSynced: Effect.Effect<void>
+  /** Whether the member refused one of this engine's requests (401/403) since the last requeueAll. */
+  readonly refusedSinceRequeue: () => boolean
+  /**
+   * Queues every cached check now, with its backoff history cleared: after the member was unreachable
+   * or refused the hub, checks that failed meanwhile would otherwise wait out a backoff of up to
+   * 1000 s while their status may say something the hub can no longer vouch for.
+   */
+  readonly requeueAll: Effect.Effect<void>
 }
 
 const checkKey = (obj: { metadata?: { namespace?: string; name?: string } }) =>
@@ -80,9 +88,18 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     options.mayWrite,
   )
   const limit = options.globalLimit
-  const client: KubeClient = limit
-    ? { ...fenced, request: (req) => limit.duringIo(fenced.request(req)) }
-    : fenced
+  // A reconcile the member refused (401/403) backs off; once access is back, requeueAll undoes that.
+  let refusedSince = false
+  const noteRefusal = (e: KubeError) => {
+    if (e._tag === "KubeApiError" && (e.status === 401 || e.status === 403)) refusedSince = true
+  }
+  const client: KubeClient = {
+    ...fenced,
+    request: <T>(req: KubeRequest) => {
+      const sent = limit ? limit.duringIo(fenced.request<T>(req)) : fenced.request<T>(req)
+      return Effect.tapError(sent, (e) => Effect.sync(() => noteRefusal(e)))
+    },
+  }
 
   const queue = yield* makeWorkQueue({
     name: cluster,
@@ -176,6 +193,13 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     stats,
     hasSynced: () => checks.hasSynced() && jobs.hasSynced(),
     awaitSynced,
+    refusedSinceRequeue: () => refusedSince,
+    requeueAll: Effect.suspend(() => {
+      refusedSince = false
+      return Effect.forEach(checks.store.keys(), (key) => Effect.andThen(queue.forget(key), queue.add(key)), {
+        discard: true,
+      })
+    }),
   }
   return engine
 }) as (options: MemberEngineOptions) => Effect.Effect<MemberEngine, never, Scope.Scope>

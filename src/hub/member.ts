@@ -145,6 +145,13 @@ const probeOnce = Effect.fnUntraced(function* (
     .pipe(Effect.result)
   const p = entry.probe
   p.lastProbeTime = yield* Clock.currentTimeMillis
+  // Was the hub kept out (unreachable, refused) before this probe? Then checks that failed meanwhile
+  // are queued again at once when it answers, instead of after their backoff.
+  const wasKeptOut =
+    p.connected === false ||
+    p.denied !== undefined ||
+    p.credentialsValid === false ||
+    engine.refusedSinceRequeue()
   const answered =
     result._tag === "Success" ||
     (result.failure instanceof KubeApiError && [401, 403, 404].includes(result.failure.status))
@@ -169,6 +176,10 @@ const probeOnce = Effect.fnUntraced(function* (
   if (result._tag === "Success") {
     p.credentialsValid = true
     delete p.denied
+    if (wasKeptOut && p.connected === true) {
+      yield* Effect.logInfo("member answers the hub again; requeueing its checks")
+      yield* engine.requeueAll
+    }
     if (p.kubernetesVersion === undefined) {
       const version = yield* engine.client
         .request<{ gitVersion?: unknown }>({ method: "GET", path: "/version", timeoutMs })

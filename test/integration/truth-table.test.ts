@@ -178,7 +178,47 @@ describe("truth table: every view under every fault", () => {
         })
       ).status,
     ).toBe(201)
+    const restored = Date.now()
     await expectRow("RBAC restored", "m2", "b", (r) => r.fleet?.status === "False" && r.metric === 0)
+    // The reconciles refused meanwhile are queued again when the member answers, not after their
+    // backoff (which grows to tens of seconds while access is revoked).
+    const redAfterMs = Date.now() - restored
+    process.stderr.write(`[truth] RBAC restored → generation 2's failure shown after ${redAfterMs} ms\n`)
+    expect(redAfterMs).toBeLessThan(8_000)
+  })
+
+  it("status writes refused while reads still work: once allowed again, the verdict lands at once", async () => {
+    // Only the status subresource is taken away: the hub still lists and watches, so nothing relists;
+    // its refused reconciles back off (to tens of seconds) and must be queued again when access is back.
+    const rolePath = "/apis/rbac.authorization.k8s.io/v1/clusterroles/fleetcheck-member"
+    const role = (await m2.api("GET", rolePath)).body
+    const withoutStatus = {
+      ...role,
+      rules: role.rules.filter((r: any) => !(r.resources ?? []).includes("backupchecks/status")),
+    }
+    expect((await m2.api("PUT", rolePath, withoutStatus)).status).toBe(200)
+    const path = pathOf(backupChecks, { namespace: ns, name: "b" })
+    const current = (await m2.api("GET", path)).body
+    current.spec.jobTemplate.spec.template.metadata = { annotations: {} }
+    expect((await m2.api("PUT", path, current)).status).toBe(200)
+    const generation = current.metadata.generation + 1
+    // Long enough for the refused status writes' backoff to grow past 10 s.
+    await new Promise((r) => setTimeout(r, 15_000))
+    const r = await row("m2", "b")
+    expect(r.fleet?.status, "never green for a generation it could not record").not.toBe("True")
+    const latest = (await m2.api("GET", rolePath)).body
+    expect((await m2.api("PUT", rolePath, { ...role, metadata: latest.metadata })).status).toBe(200)
+    const allowed = Date.now()
+    await waitUntil("generation verified", 60_000, async () => {
+      const c = (await m2.api("GET", path)).body
+      return (
+        c.status?.observedGeneration === generation &&
+        (c.status?.conditions ?? []).find((x: any) => x.type === "Verified")?.status === "True"
+      )
+    })
+    const landedMs = Date.now() - allowed
+    process.stderr.write(`[truth] status writes allowed again → verdict recorded after ${landedMs} ms\n`)
+    expect(landedMs).toBeLessThan(5_000)
   })
 
   it("member API server killed: Unknown/ClusterUnreachable everywhere; restarted: green again", async () => {
