@@ -13,7 +13,7 @@ import { collectDefaultMetrics, Registry } from "prom-client"
 import type { ControllerHooks } from "../../engine/controller.ts"
 import type { WorkQueueMetricsHooks } from "../../engine/workqueue/workqueue.ts"
 import { makeControllerRuntimeMetrics } from "./controller-runtime.ts"
-import { type CheckVerifiedStatus, makeFleetGauges } from "./fleet.ts"
+import { type CheckVerifiedStatus, type FleetGauges, makeFleetGauges } from "./fleet.ts"
 
 export { reconcileTimeBuckets, workqueueDurationBuckets } from "./controller-runtime.ts"
 export type { CheckVerifiedStatus } from "./fleet.ts"
@@ -32,7 +32,12 @@ export interface InitClusterOptions {
   readonly maxConcurrentReconciles: number
 }
 
-export interface FleetMetrics {
+/**
+ * The hub's metrics: the controller-runtime families through hooks, fleetcheck's own gauges (see
+ * FleetGauges; a check's lastSuccess omitted keeps its previous timestamp, deleteCheck removes every
+ * series of that check), and the cluster lifecycle across both.
+ */
+export interface FleetMetrics extends Omit<FleetGauges, "addCluster" | "forgetCluster"> {
   readonly registry: Registry
   /** The Content-Type header for render()'s output. */
   readonly contentType: string
@@ -58,23 +63,6 @@ export interface FleetMetrics {
    * leadership. Hub-wide series stay: fleetcheck_reconcile_global_inflight keeps counting held permits.
    */
   forgetAll(): void
-  /** lastSuccess omitted keeps the previous timestamp (0 when there never was one). */
-  setCheckVerified(
-    cluster: string,
-    namespace: string,
-    name: string,
-    status: CheckVerifiedStatus,
-    lastSuccess?: Date,
-  ): void
-  /** Removes every series of that one check. */
-  deleteCheck(cluster: string, namespace: string, name: string): void
-  setMemberConnected(cluster: string, connected: boolean): void
-  setMemberReady(cluster: string, ready: boolean): void
-  setInformerObjects(cluster: string, resource: string, objects: number): void
-  incInformerRestarts(cluster: string, resource: string): void
-  incRunSkipped(cluster: string): void
-  /** Reconciles holding a permit of the hub-wide limit (+1 on acquire, -1 on release). */
-  addGlobalInflight(delta: number): void
 }
 
 const backupcheckController = "backupcheck"
