@@ -9,6 +9,7 @@ import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
 import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient, type KubeError } from "../kube/client.ts"
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
+import { credentialsExpiringSoon } from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import type { HubConfig } from "./config.ts"
 import { checkViews, isReachable, type MemberEntry, memberClusterStatus } from "./fleet-state.ts"
@@ -320,8 +321,11 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       const woken = wakeProbe
       yield* probeOnce(engine, entry, timings, spec.namespaces?.[0])
       const now = yield* Clock.currentTimeMillis
-      entry.expiringSoon =
-        spec.credentialExpiry !== undefined && spec.credentialExpiry.getTime() - now < timings.expiryWarningMs
+      entry.expiringSoon = credentialsExpiringSoon(
+        spec.credentialExpiry,
+        new Date(now),
+        timings.expiryWarningMs,
+      )
       metrics.setMemberConnected(entry.name, entry.probe.connected === true)
       // A failed probe is confirmed quickly rather than a full interval later: with the defaults a dead
       // member shows Connected=False in a few seconds, not 30.

@@ -30,7 +30,6 @@ export const maxKubeconfigBytes = 1024 * 1024
 export const maxYamlAliasCount = 50
 /** Each namespace costs the member engine its own watches; beyond this a cluster-wide identity fits. */
 export const maxNamespaces = 100
-export const defaultExpiryWindowMs = 7 * 24 * 60 * 60 * 1000
 
 export interface KubeconfigPolicy {
   /** Run `exec` credential plugins, and auth-provider commands (`cmd-path`, `exec`). Default false. */
@@ -285,11 +284,8 @@ export const jwtExpiry = (token: string): Date | undefined => {
 }
 
 /** True when the credential expires within the window (or already has); false when no expiry is known. */
-export const credentialsExpiringSoon = (
-  expiry: Date | undefined,
-  now: Date,
-  windowMs: number = defaultExpiryWindowMs,
-): boolean => expiry !== undefined && expiry.getTime() - now.getTime() <= windowMs
+export const credentialsExpiringSoon = (expiry: Date | undefined, now: Date, windowMs: number): boolean =>
+  expiry !== undefined && expiry.getTime() - now.getTime() <= windowMs
 
 const earliest = (...dates: Array<Date | undefined>): Date | undefined =>
   dates.reduce<Date | undefined>(

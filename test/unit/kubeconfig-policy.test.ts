@@ -721,10 +721,10 @@ describe("checkKubeconfig: namespaces annotation", () => {
 describe("credentialsExpiringSoon", () => {
   const day = 24 * 60 * 60 * 1000
   it("is true within the window (default 7 days) or after expiry, false otherwise", () => {
-    assert.isFalse(credentialsExpiringSoon(undefined, now))
-    assert.isFalse(credentialsExpiringSoon(new Date(now.getTime() + 8 * day), now))
-    assert.isTrue(credentialsExpiringSoon(new Date(now.getTime() + 6 * day), now))
-    assert.isTrue(credentialsExpiringSoon(new Date(now.getTime() - day), now))
+    assert.isFalse(credentialsExpiringSoon(undefined, now, 7 * day))
+    assert.isFalse(credentialsExpiringSoon(new Date(now.getTime() + 8 * day), now, 7 * day))
+    assert.isTrue(credentialsExpiringSoon(new Date(now.getTime() + 6 * day), now, 7 * day))
+    assert.isTrue(credentialsExpiringSoon(new Date(now.getTime() - day), now, 7 * day))
     assert.isFalse(credentialsExpiringSoon(new Date(now.getTime() + 2 * day), now, day))
   })
 })

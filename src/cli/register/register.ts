@@ -22,8 +22,9 @@ import {
   registrationKubeconfigKey,
   registrationLabel,
 } from "../../api/names.ts"
+import { defaultHubConfig } from "../../hub/config.ts"
 import { backupChecks, pathOf, serviceAccounts } from "../../kube/resources.ts"
-import { checkKubeconfig, defaultExpiryWindowMs, defaultPolicy } from "../../kubeconfig/policy.ts"
+import { checkKubeconfig, defaultPolicy } from "../../kubeconfig/policy.ts"
 import { parseRegisterArgs, type RegisterArgs, registerCommandUsage, UsageError } from "./args.ts"
 import {
   CommandError,
@@ -300,7 +301,7 @@ const register = Effect.fnUntraced(function* (a: RegisterArgs) {
   yield* out(
     `The hub engages ${q(name)} within seconds (kubectl get memberclusters ${name}). Its token expires ` +
       `${expiry.toISOString()}; the hub's CredentialsValid condition turns to CredentialsExpiringSoon ` +
-      `${Math.round(defaultExpiryWindowMs / 86_400_000)} days before. Re-run this command to renew it ` +
+      `${Math.round(defaultHubConfig.expiryWarningMs / 86_400_000)} days before (--credential-expiry-warning). Re-run this command to renew it ` +
       "(earlier tokens stay valid until they expire or until unregister deletes the ServiceAccount).",
   )
   return 0
