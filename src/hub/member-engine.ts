@@ -16,6 +16,7 @@ import type { GlobalLimit } from "../engine/global-limit.ts"
 import { type InformerSet, makeInformerSet } from "../engine/informer/informer-set.ts"
 import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "../engine/workqueue/workqueue.ts"
 import { type KubeClient, type KubeError, type KubeRequest, makeKubeClient } from "../kube/client.ts"
+import { backupChecks, jobs as jobResource } from "../kube/resources.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
 
@@ -110,7 +111,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     namespaces: options.namespaces,
     name: "backupchecks",
     onFailure: options.onWatchFailure,
-    resource: { group: "fleetcheck.io", version: "v1alpha1", plural: "backupchecks" },
+    resource: backupChecks,
     resyncMs: options.resyncMs,
   })
   const jobs = yield* makeInformerSet<V1Job>({
@@ -118,7 +119,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     namespaces: options.namespaces,
     name: "jobs",
     onFailure: options.onWatchFailure,
-    resource: { group: "batch", version: "v1", plural: "jobs" },
+    resource: jobResource,
     labelSelector: labelBackupCheck,
     indexers: {
       [ownerUidIndex]: (job: V1Job) =>

@@ -14,7 +14,7 @@ import {
   KubeTransportError,
   makeKubeClient,
 } from "../../kube/client.ts"
-import { UsageError } from "./args.ts"
+import { type Command, UsageError } from "./args.ts"
 import { identityComponent, kindPath, type Manifest, type ManifestError, manifestPath } from "./manifests.ts"
 
 /** The command could not finish (exit 1); re-running it is safe. */
@@ -153,6 +153,23 @@ const errorText = (e: unknown): string => {
  * Runs a command in its own scope (clients close when it ends) and returns its exit code: usage
  * errors print their message and give 2, any other failure prints and gives 1.
  */
+/** Parses the arguments, prints `usage` for --help, else runs the command: its exit code. */
+export const runParsedCommand = <A>(
+  parse: Effect.Effect<Command<A>, UsageError>,
+  usage: string,
+  run: (args: A) => Effect.Effect<number, CliError, Scope.Scope>,
+): Promise<number> =>
+  runCommand(
+    Effect.gen(function* () {
+      const command = yield* parse
+      if (command.kind === "help") {
+        yield* Effect.sync(() => process.stdout.write(`Usage:\n${usage}`))
+        return 0
+      }
+      return yield* run(command.args)
+    }),
+  )
+
 export const runCommand = async (program: Effect.Effect<number, CliError, Scope.Scope>): Promise<number> => {
   const exit = await Effect.runPromiseExit(Effect.scoped(program))
   if (Exit.isSuccess(exit)) return exit.value

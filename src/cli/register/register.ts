@@ -34,7 +34,7 @@ import {
   openCluster,
   out,
   q,
-  runCommand,
+  runParsedCommand,
   waitFor,
 } from "./cluster.ts"
 import {
@@ -309,13 +309,4 @@ const register = Effect.fnUntraced(function* (a: RegisterArgs) {
 
 /** `fleetcheck register ARGS`: the exit code (0 done or --help, 1 failed, 2 usage). */
 export const runRegister = (argv: ReadonlyArray<string>): Promise<number> =>
-  runCommand(
-    Effect.gen(function* () {
-      const command = yield* parseRegisterArgs(argv)
-      if (command.kind === "help") {
-        yield* Effect.sync(() => process.stdout.write(`Usage:\n${registerCommandUsage}`))
-        return 0
-      }
-      return yield* register(command.args)
-    }),
-  )
+  runParsedCommand(parseRegisterArgs(argv), registerCommandUsage, register)

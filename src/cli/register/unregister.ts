@@ -36,7 +36,7 @@ import {
   openCluster,
   out,
   q,
-  runCommand,
+  runParsedCommand,
   waitFor,
   warn,
 } from "./cluster.ts"
@@ -211,13 +211,4 @@ const unregister = Effect.fnUntraced(function* (a: UnregisterArgs) {
 
 /** `fleetcheck unregister ARGS`: the exit code (0 done or --help, 1 failed, 2 usage). */
 export const runUnregister = (argv: ReadonlyArray<string>): Promise<number> =>
-  runCommand(
-    Effect.gen(function* () {
-      const command = yield* parseUnregisterArgs(argv)
-      if (command.kind === "help") {
-        yield* Effect.sync(() => process.stdout.write(`Usage:\n${unregisterCommandUsage}`))
-        return 0
-      }
-      return yield* unregister(command.args)
-    }),
-  )
+  runParsedCommand(parseUnregisterArgs(argv), unregisterCommandUsage, unregister)
