@@ -1,14 +1,32 @@
 import { defineConfig } from "vitest/config"
 
-// Integration files each start their own real clusters; running two at once on a 2-core machine
-// makes both slow and flaky, so files run one at a time and tests inside a file share one fleet.
+/**
+ * Files whose tests mostly wait for wall-clock cron minutes (the scheduler knows whole minutes only).
+ * `npm test` (test/run-suite.ts) runs them in a second vitest process beside the others, so their
+ * waiting overlaps the rest of the suite instead of adding to it.
+ */
+export const waitsForMinutes = ["test/integration/backupcheck.test.ts"]
+
+// Files that start real clusters run one at a time: two at once on a 2-core machine make both slow and
+// flaky, so tests inside a file share one fleet. Unit files run in parallel.
 export default defineConfig({
   root: new URL("..", import.meta.url).pathname,
   test: {
-    include: ["test/**/*.test.ts"],
-    fileParallelism: false,
     testTimeout: 120_000,
     hookTimeout: 240_000,
     reporters: ["default"],
+    projects: [
+      { extends: true, test: { name: "unit", include: ["test/unit/**/*.test.ts"] } },
+      {
+        extends: true,
+        test: {
+          name: "clusters",
+          include: ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
+          exclude: waitsForMinutes,
+          fileParallelism: false,
+        },
+      },
+      { extends: true, test: { name: "minutes", include: waitsForMinutes, fileParallelism: false } },
+    ],
   },
 })

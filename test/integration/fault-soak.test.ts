@@ -1,12 +1,12 @@
 // The fault soak, short: the bench's driver and independent observer (test/support/fault-driver.ts,
-// test/support/observer.ts) with 40 faults over two members (each kind at least once, in seeded order),
+// test/support/observer.ts) with 24 faults over two members (each kind at least once, in seeded order),
 // asserting the promise: no duplicate Job, no lost verdict, no false green beyond the propagation grace,
 // no finalizer left behind. The long run (1,000 faults) is `npx node test/bench/fault-soak.ts`.
 // FLEETCHECK_SOAK_SEED reruns a seed; the figures are printed either way.
 import { describe, expect, it } from "vitest"
 import { formatReport, runSoak } from "../support/fault-driver.ts"
 
-const faults = 40
+const faults = 24
 const seed = Number(process.env.FLEETCHECK_SOAK_SEED ?? Math.floor(Math.random() * 2 ** 31))
 
 describe("fault soak (short)", () => {
@@ -16,7 +16,7 @@ describe("fault soak (short)", () => {
       seed,
       members: 2,
       checksPerMember: 4,
-      targetMs: 75_000,
+      targetMs: 45_000,
       settleMs: 10_000,
       log: () => {},
     })

@@ -1,0 +1,98 @@
+// `npm test`: the whole suite in two vitest processes at once. One runs the unit files and then the
+// cluster files one at a time; the other runs the files that mostly wait for wall-clock cron minutes
+// (config/vitest.config.ts, waitsForMinutes), so that waiting overlaps the first instead of adding
+// minutes to the suite. The second process's output is printed after the first's, never interleaved.
+// Arguments go to both (e.g. a file filter: a process whose projects match nothing passes). Results:
+// test-results/vitest.json (both runs merged) and a closing line with the totals.
+import { spawn } from "node:child_process"
+import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+
+const root = new URL("..", import.meta.url).pathname
+const results = join(root, "test-results")
+mkdirSync(results, { recursive: true })
+const args = process.argv.slice(2)
+
+interface Part {
+  readonly name: string
+  readonly projects: ReadonlyArray<string>
+  /** Streams to the terminal; otherwise kept in a log and printed at the end. */
+  readonly live: boolean
+}
+const parts: ReadonlyArray<Part> = [
+  { name: "clusters", projects: ["unit", "clusters"], live: true },
+  { name: "minutes", projects: ["minutes"], live: false },
+]
+
+const run = (part: Part) =>
+  new Promise<{ part: Part; code: number; log?: string }>((resolve) => {
+    const json = join(results, `vitest-${part.name}.json`)
+    const log = join(results, `vitest-${part.name}.log`)
+    const child = spawn(
+      process.execPath,
+      [
+        join(root, "node_modules/vitest/vitest.mjs"),
+        "run",
+        "--config",
+        join(root, "config/vitest.config.ts"),
+        ...part.projects.flatMap((p) => ["--project", p]),
+        "--passWithNoTests",
+        "--reporter=default",
+        "--reporter=json",
+        `--outputFile.json=${json}`,
+        ...args,
+      ],
+      { cwd: root, stdio: part.live ? "inherit" : ["ignore", "pipe", "pipe"] },
+    )
+    if (!part.live) {
+      const out = createWriteStream(log)
+      child.stdout?.pipe(out)
+      child.stderr?.pipe(out)
+    }
+    child.on("exit", (code, signal) =>
+      resolve({ part, code: code ?? (signal ? 1 : 0), ...(part.live ? {} : { log }) }),
+    )
+  })
+
+const finished = await Promise.all(parts.map(run))
+
+interface Report {
+  numPassedTests: number
+  numFailedTests: number
+  numPendingTests: number
+  numTodoTests: number
+  testResults: unknown[]
+  success: boolean
+}
+const merged: Report = {
+  numPassedTests: 0,
+  numFailedTests: 0,
+  numPendingTests: 0,
+  numTodoTests: 0,
+  testResults: [],
+  success: true,
+}
+for (const { part, code, log } of finished) {
+  const json = join(results, `vitest-${part.name}.json`)
+  const r = existsSync(json) ? (JSON.parse(readFileSync(json, "utf8")) as Report) : undefined
+  if (log && (code !== 0 || (r?.testResults.length ?? 0) > 0)) {
+    process.stdout.write(`\n── ${part.name} (${part.projects.join(", ")}), run beside the others ──\n`)
+    process.stdout.write(readFileSync(log, "utf8"))
+  }
+  if (r) {
+    merged.numPassedTests += r.numPassedTests
+    merged.numFailedTests += r.numFailedTests
+    merged.numPendingTests += r.numPendingTests
+    merged.numTodoTests += r.numTodoTests
+    merged.testResults.push(...r.testResults)
+  }
+  if (code !== 0) {
+    merged.success = false
+    process.stdout.write(`\n${part.name}: vitest exited with ${code}\n`)
+  }
+}
+writeFileSync(join(results, "vitest.json"), `${JSON.stringify(merged)}\n`)
+process.stdout.write(
+  `\n${merged.numPassedTests} passed, ${merged.numFailedTests} failed, ${merged.numPendingTests + merged.numTodoTests} skipped\n`,
+)
+process.exit(merged.success ? 0 : 1)
