@@ -1,11 +1,15 @@
 import { defineConfig } from "vitest/config"
 
 /**
- * Files whose tests mostly wait for wall-clock cron minutes (the scheduler knows whole minutes only).
- * `npm test` (test/run-suite.ts) runs them in a second vitest process beside the others, so their
- * waiting overlaps the rest of the suite instead of adding to it.
+ * Files whose tests mostly wait on the wall clock: cron minutes (the scheduler knows whole minutes
+ * only) and member outages held for tens of seconds. `npm test` (test/run-suite.ts) runs them in a
+ * second vitest process beside the others, so their waiting overlaps the rest of the suite instead of
+ * adding to it.
  */
-export const waitsForMinutes = ["test/integration/backupcheck.test.ts"]
+export const wallClockFiles = [
+  "test/integration/backupcheck.test.ts",
+  "test/integration/hub-lifecycle.test.ts",
+]
 
 // Files that start real clusters run one at a time: two at once on a 2-core machine make both slow and
 // flaky, so tests inside a file share one fleet. Unit files run in parallel.
@@ -22,11 +26,11 @@ export default defineConfig({
         test: {
           name: "clusters",
           include: ["test/integration/**/*.test.ts", "test/e2e/**/*.test.ts"],
-          exclude: waitsForMinutes,
+          exclude: wallClockFiles,
           fileParallelism: false,
         },
       },
-      { extends: true, test: { name: "minutes", include: waitsForMinutes, fileParallelism: false } },
+      { extends: true, test: { name: "wall-clock", include: wallClockFiles, fileParallelism: false } },
     ],
   },
 })

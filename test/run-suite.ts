@@ -1,6 +1,6 @@
 // `npm test`: the whole suite in two vitest processes at once. One runs the unit files and then the
-// cluster files one at a time; the other runs the files that mostly wait for wall-clock cron minutes
-// (config/vitest.config.ts, waitsForMinutes), so that waiting overlaps the first instead of adding
+// cluster files one at a time; the other runs the few files that mostly wait on the wall clock
+// (config/vitest.config.ts, wallClockFiles), so that waiting overlaps the first instead of adding
 // minutes to the suite. The second process's output is printed after the first's, never interleaved.
 // Arguments go to both (e.g. a file filter: a process whose projects match nothing passes). Results:
 // test-results/vitest.json (both runs merged) and a closing line with the totals.
@@ -21,7 +21,7 @@ interface Part {
 }
 const parts: ReadonlyArray<Part> = [
   { name: "clusters", projects: ["unit", "clusters"], live: true },
-  { name: "minutes", projects: ["minutes"], live: false },
+  { name: "wall-clock", projects: ["wall-clock"], live: false },
 ]
 
 const run = (part: Part) =>
