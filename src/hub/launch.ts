@@ -22,6 +22,8 @@ export interface LaunchOptions {
   /** Replaces the JSON console logger (tests capture log lines with it). */
   readonly logger?: Logger.Logger<unknown, void>
   readonly tracing?: TracingOptions
+  /** The hub's metrics; unset: a fresh registry (benchmarks pass their own to observe the hooks). */
+  readonly metrics?: FleetMetrics
 }
 
 export interface LaunchedHub extends HubHandle {
@@ -40,7 +42,7 @@ const hubKubeConfig = (config: HubConfig): KubeConfig => {
 
 export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> => {
   const { config } = options
-  const metrics = makeMetrics({ processMetrics: options.processMetrics === true })
+  const metrics = options.metrics ?? makeMetrics({ processMetrics: options.processMetrics === true })
   const logging = Layer.merge(
     Logger.layer([options.logger ?? Logger.consoleJson]),
     Layer.succeed(References.MinimumLogLevel, config.logLevel),

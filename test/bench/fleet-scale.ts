@@ -1,0 +1,648 @@
+// One hub at scale: M namespace-scoped members (one namespace each, fleetcheck.io/namespaces) spread over
+// A real kube-apiservers sharing one etcd, C BackupChecks per member seeded already verified (status
+// written through the status subresource as the hub writes it), registered by Secret with a `fleetcheck
+// hub` (its defaults, leader election off) in a process of its own. Prints:
+//   start → every member Ready with every check counted verified; the API burst of that start
+//   heap and RSS after GC: total, per member, per cached check, and again after the idle window
+//   converged CPU, API requests per member per minute, MemberCluster status writes per minute
+//   /metrics: series, bytes, render time and the event loop's longest stall during the render
+//   event → reconcile start (workqueue wait) p50/p99 under a steady rate of BackupCheck updates
+//   a wave: P% of every member's checks due at the same minute; time to all verified, fastest / median /
+//   slowest member, peak concurrent restore Jobs (Jobs are completed by this script after a hold time,
+//   as a Job controller would: no kubelet runs here)
+//   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
+// Environment: IDLE_SECONDS (60), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10), JOB_HOLD_MS
+// (5000), SKIP_WAVE=1.
+import { type ChildProcess, fork } from "node:child_process"
+import * as https from "node:https"
+import {
+  installFleetcheck,
+  type LocalCluster,
+  registerWithSecret,
+  startFleet,
+} from "../../clusters/local-fleet/index.ts"
+import { parseBackupCheck } from "../../src/api/backupcheck.ts"
+import { finalizerName, labelBackupCheck, namespacesAnnotation } from "../../src/api/names.ts"
+import { jobNameFor, runIDForTime, specHashFor, traceparentFor } from "../../src/reconcile/run-identity.ts"
+import { sleep } from "../support/wait.ts"
+
+const [members, perMember, apiserverCount] = [100, 100, 10].map((d, i) =>
+  Number(process.argv[2 + i] ?? d),
+) as [number, number, number]
+const hubFlags = process.argv.slice(5)
+const env = (name: string, d: number) => Number(process.env[name] ?? d)
+const idleSeconds = env("IDLE_SECONDS", 60)
+const eventRate = env("EVENT_RATE", 500)
+const eventSeconds = env("EVENT_SECONDS", 30)
+const wavePercent = env("WAVE_PERCENT", 10)
+const jobHoldMs = env("JOB_HOLD_MS", 5_000)
+const group = "/apis/fleetcheck.io/v1alpha1"
+
+const t0 = Date.now()
+const log = (line: string) =>
+  process.stderr.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(5)} s] ${line}\n`)
+const out: string[] = []
+const print = (line: string) => {
+  out.push(line)
+  console.log(line)
+}
+const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`
+const pct = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted.length === 0
+    ? Number.NaN
+    : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+
+// ---- HTTP to the apiservers: keep-alive JSON, bounded concurrency ----------------------------------
+const agents = new Map<LocalCluster, https.Agent>()
+const agentOf = (c: LocalCluster) => {
+  let a = agents.get(c)
+  if (!a) {
+    a = new https.Agent({ keepAlive: true, maxSockets: 32, ca: c.caPem })
+    agents.set(c, a)
+  }
+  return a
+}
+const call = (
+  c: LocalCluster,
+  method: string,
+  path: string,
+  body?: unknown,
+  contentType = "application/json",
+): Promise<{ status: number; body: any; text: string }> =>
+  new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body)
+    const req = https.request(
+      new URL(path, c.server),
+      {
+        method,
+        agent: agentOf(c),
+        headers: {
+          authorization: `Bearer ${c.adminToken}`,
+          accept: "application/json",
+          ...(payload
+            ? {
+                "content-type": contentType,
+                "content-length": Buffer.byteLength(payload),
+              }
+            : {}),
+        },
+        timeout: 120_000,
+      },
+      (res) => {
+        const chunks: Buffer[] = []
+        res.on("data", (d: Buffer) => chunks.push(d))
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8")
+          let parsed: any
+          try {
+            parsed = text && text[0] === "{" ? JSON.parse(text) : undefined
+          } catch {
+            parsed = undefined
+          }
+          resolve({ status: res.statusCode ?? 0, body: parsed, text })
+        })
+      },
+    )
+    req.once("timeout", () => req.destroy(new Error(`${method} ${path}: timeout`)))
+    req.once("error", reject)
+    if (payload) req.write(payload)
+    req.end()
+  })
+const must = async (what: string, p: Promise<{ status: number; text: string }>) => {
+  const r = await p
+  if (r.status >= 300) throw new Error(`${what}: ${r.status} ${r.text.slice(0, 400)}`)
+  return r as { status: number; body: any; text: string }
+}
+const pool = async <T>(items: ReadonlyArray<T>, n: number, fn: (t: T) => Promise<void>) => {
+  let i = 0
+  await Promise.all(
+    Array.from({ length: n }, async () => {
+      while (i < items.length) await fn(items[i++]!)
+    }),
+  )
+}
+
+/** A watch on one apiserver: every event's type and object, until stop(). */
+const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) => void) => {
+  let req: ReturnType<typeof https.request> | undefined
+  let stopped = false
+  const start = async () => {
+    const rv = (await must("list rv", call(c, "GET", `${path}${path.includes("?") ? "&" : "?"}limit=1`))).body
+      .metadata.resourceVersion
+    if (stopped) return
+    req = https.request(
+      new URL(`${path}${path.includes("?") ? "&" : "?"}watch=true&resourceVersion=${rv}`, c.server),
+      { ca: c.caPem, headers: { authorization: `Bearer ${c.adminToken}` } },
+      (res) => {
+        let buf = ""
+        res.setEncoding("utf8")
+        res.on("data", (d: string) => {
+          buf += d
+          let nl = buf.indexOf("\n")
+          while (nl >= 0) {
+            const line = buf.slice(0, nl)
+            buf = buf.slice(nl + 1)
+            if (line) {
+              const ev = JSON.parse(line)
+              onEvent(ev.type, ev.object)
+            }
+            nl = buf.indexOf("\n")
+          }
+        })
+      },
+    )
+    req.on("error", () => {})
+    req.end()
+  }
+  const started = start()
+  return {
+    started,
+    stop: () => {
+      stopped = true
+      req?.destroy()
+    },
+  }
+}
+
+// ---- apiserver request counters (apiserver_request_total) --------------------------------------------
+type Counts = Map<string, number> // "VERB resource[/subresource]" → count
+const scrapeRequests = async (c: LocalCluster): Promise<Counts> => {
+  const r = await must("apiserver metrics", call(c, "GET", "/metrics"))
+  const counts: Counts = new Map()
+  for (const line of r.text.split("\n")) {
+    if (!line.startsWith("apiserver_request_total{")) continue
+    const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]))
+    const value = Number(line.slice(line.lastIndexOf(" ") + 1))
+    const key = `${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ""}`
+    counts.set(key, (counts.get(key) ?? 0) + value)
+  }
+  return counts
+}
+const delta = (after: Counts, before: Counts, only?: (key: string) => boolean): Counts => {
+  const d: Counts = new Map()
+  for (const [k, v] of after) {
+    const n = v - (before.get(k) ?? 0)
+    if (n > 0 && (only === undefined || only(k))) d.set(k, n)
+  }
+  return d
+}
+const sum = (c: Counts, only: (key: string) => boolean = () => true) =>
+  [...c].reduce((n, [k, v]) => (only(k) ? n + v : n), 0)
+const memberResources = /^\w+ (backupchecks|jobs|pods|events)(\/|$)/
+const hubResources = /^\w+ (memberclusters|secrets|leases|events)(\/|$)/
+
+// ---- the hub process ---------------------------------------------------------------------------------
+const ask = <T>(proc: ChildProcess, msg: object) =>
+  new Promise<T>((resolve) => {
+    proc.once("message", (m: any) => resolve(m))
+    proc.send(msg)
+  })
+
+// ---- run ----------------------------------------------------------------------------------------------
+const names = ["hub", ...Array.from({ length: apiserverCount }, (_, i) => `a${i + 1}`)]
+log(`starting ${names.length} apiservers (hub + ${apiserverCount} for members)`)
+const fleet = await startFleet({
+  clusters: names.map((name) => ({
+    name,
+    workloads: false,
+    controllerManager: false,
+  })),
+  log: () => {},
+})
+let hubProc: ChildProcess | undefined
+try {
+  const hubCluster = fleet.cluster("hub")
+  const servers = fleet.clusters.filter((c) => c.name !== "hub")
+  await installFleetcheck(hubCluster, servers)
+  const memberList = Array.from({ length: members }, (_, j) => {
+    const name = `m-${String(j).padStart(4, "0")}`
+    return { name, namespace: name, server: servers[j % servers.length]! }
+  })
+  const serverOf = new Map(memberList.map((m) => [m.namespace, m.server]))
+
+  // Seed: namespaces, checks (with the hub's finalizer), then a verified status for each.
+  log(`seeding ${members} × ${perMember} = ${members * perMember} checks`)
+  const seedStart = Date.now()
+  const verifiedAt = new Date(Date.now() - 60_000).toISOString().replace(/\.\d{3}Z$/, "Z")
+  const startedAt = new Date(Date.now() - 65_000).toISOString().replace(/\.\d{3}Z$/, "Z")
+  await pool(memberList, 16, async (m) => {
+    await must(
+      `ns ${m.namespace}`,
+      call(m.server, "POST", "/api/v1/namespaces", {
+        metadata: { name: m.namespace },
+      }),
+    )
+  })
+  const work = memberList.flatMap((m) => Array.from({ length: perMember }, (_, k) => ({ m, k })))
+  let seeded = 0
+  await Promise.all(
+    servers.map((server) =>
+      pool(
+        work.filter((w) => w.m.server === server),
+        8,
+        async ({ m, k }) => {
+          const name = `check-${String(k).padStart(3, "0")}`
+          const created = await must(
+            `create ${m.namespace}/${name}`,
+            call(m.server, "POST", `${group}/namespaces/${m.namespace}/backupchecks`, {
+              apiVersion: "fleetcheck.io/v1alpha1",
+              kind: "BackupCheck",
+              metadata: {
+                name,
+                namespace: m.namespace,
+                finalizers: [finalizerName],
+                labels: { team: "bench" },
+              },
+              spec: {
+                backup: {
+                  name: `${name}-backup`,
+                  source: `s3://backups/${m.namespace}/${name}`,
+                },
+                jobTemplate: {
+                  spec: {
+                    template: {
+                      spec: {
+                        containers: [{ name: "restore", image: "restore:1.4" }],
+                      },
+                    },
+                  },
+                },
+              },
+            }),
+          )
+          const parsed = parseBackupCheck(created.body)
+          if (!parsed.success) throw new Error(`seeded check does not parse: ${parsed.error}`)
+          const uid: string = created.body.metadata.uid
+          await must(
+            `status ${m.namespace}/${name}`,
+            call(
+              m.server,
+              "PATCH",
+              `${group}/namespaces/${m.namespace}/backupchecks/${name}/status`,
+              {
+                metadata: {
+                  resourceVersion: created.body.metadata.resourceVersion,
+                },
+                status: {
+                  observedGeneration: 1,
+                  conditions: [
+                    {
+                      type: "Verified",
+                      status: "True",
+                      observedGeneration: 1,
+                      lastTransitionTime: verifiedAt,
+                      reason: "RestoreSucceeded",
+                      message: `${name}-backup restored and verified in 5s`,
+                    },
+                  ],
+                  lastRun: {
+                    jobName: jobNameFor(name, "g1"),
+                    runID: "g1",
+                    startTime: startedAt,
+                    completionTime: verifiedAt,
+                    result: "Succeeded",
+                    traceID: traceparentFor(uid, "g1").traceID,
+                    specHash: specHashFor(parsed.data.spec),
+                  },
+                  lastSuccessfulTime: verifiedAt,
+                },
+              },
+              "application/merge-patch+json",
+            ),
+          )
+          if (++seeded % 5000 === 0) log(`seeded ${seeded}`)
+        },
+      ),
+    ),
+  )
+  const seedSeconds = (Date.now() - seedStart) / 1000
+  log(`seeded in ${seedSeconds.toFixed(0)} s`)
+
+  // Registration Secrets before the hub starts: its start is then the whole fleet's engagement.
+  for (const m of memberList) {
+    await must(
+      `secret ${m.name}`,
+      call(hubCluster, "POST", "/api/v1/namespaces/fleetcheck-system/secrets", {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: {
+          name: m.name,
+          namespace: "fleetcheck-system",
+          labels: { "fleetcheck.io/kubeconfig": "true", env: "bench" },
+          annotations: { [namespacesAnnotation]: m.namespace },
+        },
+        data: {
+          kubeconfig: Buffer.from(m.server.kubeconfig).toString("base64"),
+        },
+      }),
+    )
+  }
+  void registerWithSecret // registration by Secret, as registerWithSecret does, plus the namespaces annotation
+
+  const allServers = [hubCluster, ...servers]
+  const scrapeAll = async () =>
+    new Map(await Promise.all(allServers.map(async (c) => [c, await scrapeRequests(c)] as const)))
+  const beforeStart = await scrapeAll()
+
+  // The hub.
+  log(`starting the hub (flags: ${hubFlags.join(" ") || "defaults"})`)
+  const hubStart = Date.now()
+  hubProc = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, hubFlags, {
+    execArgv: ["--expose-gc"],
+    env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath },
+    stdio: ["ignore", "ignore", "inherit", "ipc"],
+  })
+  const proc = hubProc
+  const port = await new Promise<number>((resolve) => proc.once("message", (m: any) => resolve(m.port)))
+  const hubUrl = `http://127.0.0.1:${port}`
+
+  // Start burst: requests per apiserver per 5 s while the fleet engages.
+  let peakWindow = { server: "", requests: 0 }
+  let last = beforeStart
+  let readyAt = 0
+  let firstReadyAt = 0
+  while (true) {
+    await sleep(5_000)
+    const now = await scrapeAll()
+    for (const c of allServers) {
+      const n = sum(delta(now.get(c)!, last.get(c)!), (k) =>
+        (c === hubCluster ? hubResources : memberResources).test(k),
+      )
+      if (n > peakWindow.requests) peakWindow = { server: c.name, requests: n }
+    }
+    last = now
+    const list = await must("memberclusters", call(hubCluster, "GET", `${group}/memberclusters`))
+    const ready = (list.body.items as any[]).filter(
+      (mc) =>
+        (mc.status?.conditions ?? []).some((x: any) => x.type === "Ready" && x.status === "True") &&
+        mc.status?.counts?.verified === perMember,
+    ).length
+    if (ready > 0 && firstReadyAt === 0) firstReadyAt = Date.now()
+    log(`${ready}/${members} members Ready with ${perMember} verified checks`)
+    if (ready === members) {
+      readyAt = Date.now()
+      break
+    }
+    if (Date.now() - hubStart > 30 * 60_000) throw new Error("the fleet did not become Ready in 30 min")
+  }
+  const afterStart = await scrapeAll()
+  const startSeconds = (readyAt - hubStart) / 1000
+  const burst = (c: LocalCluster) =>
+    delta(afterStart.get(c)!, beforeStart.get(c)!, (k) =>
+      (c === hubCluster ? hubResources : memberResources).test(k),
+    )
+  const memberBurst: Counts = new Map()
+  for (const c of servers) for (const [k, v] of burst(c)) memberBurst.set(k, (memberBurst.get(k) ?? 0) + v)
+  const perServerLists = servers.map((c) => sum(burst(c), (k) => k.startsWith("LIST ")))
+
+  // Converged: settle, then measure memory, CPU, requests and status writes over the idle window.
+  await sleep(20_000)
+  const mem0 = await ask<any>(proc, { cmd: "measure" })
+  const scrape0 = await ask<any>(proc, { cmd: "scrape" })
+  const httpT0 = performance.now()
+  const httpBody = await (await fetch(`${hubUrl}/metrics`)).text()
+  const httpMs = performance.now() - httpT0
+  log(`idle window of ${idleSeconds} s`)
+  const idleBefore = await scrapeAll()
+  const cpu0 = await ask<any>(proc, { cmd: "cpu" })
+  await sleep(idleSeconds * 1000)
+  const cpu1 = await ask<any>(proc, { cmd: "cpu" })
+  const idleAfter = await scrapeAll()
+  const mem1 = await ask<any>(proc, { cmd: "measure" })
+  const idleCpu = (cpu1.cpuMicros - cpu0.cpuMicros) / 1000 / (cpu1.at - cpu0.at)
+  const idleMinutes = (cpu1.at - cpu0.at) / 60_000
+  let memberIdle = 0
+  for (const c of servers)
+    memberIdle += sum(delta(idleAfter.get(c)!, idleBefore.get(c)!), (k) => memberResources.test(k))
+  const hubIdle = delta(idleAfter.get(hubCluster)!, idleBefore.get(hubCluster)!, (k) => hubResources.test(k))
+  const statusWrites = sum(hubIdle, (k) => /^(PATCH|PUT) memberclusters\/status$/.test(k))
+  const checkWritesIdle = servers.reduce(
+    (n, c) =>
+      n +
+      sum(delta(idleAfter.get(c)!, idleBefore.get(c)!), (k) =>
+        /^(PATCH|PUT|POST|DELETE) (backupchecks|jobs)/.test(k),
+      ),
+    0,
+  )
+
+  print(
+    `fleet-scale: ${members} members × ${perMember} checks = ${members * perMember} checks on ${apiserverCount} member apiservers (+1 hub apiserver), hub flags: ${hubFlags.join(" ") || "defaults"}`,
+  )
+  print(`seeded (create + status) in ${seedSeconds.toFixed(0)} s`)
+  print(
+    `hub start → all ${members} members Ready with every check verified: ${startSeconds.toFixed(1)} s (first member after ${((firstReadyAt - hubStart) / 1000).toFixed(1)} s; polled every 5 s)`,
+  )
+  print(
+    `start burst on member apiservers: ${[...memberBurst]
+      .sort()
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")}`,
+  )
+  print(
+    `  LISTs per apiserver: min ${Math.min(...perServerLists)} max ${Math.max(...perServerLists)}; busiest 5 s on one apiserver: ${peakWindow.requests} requests (${peakWindow.server})`,
+  )
+  print(
+    `  writes to BackupChecks/Jobs during start: ${sum(memberBurst, (k) => /^(PATCH|PUT|POST|DELETE) /.test(k))} (0 = the seeded status was what the hub would write)`,
+  )
+  print(
+    `start burst on the hub apiserver: ${[...burst(hubCluster)]
+      .sort()
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")}`,
+  )
+  print(
+    `memory after GC, converged: heap ${mib(mem0.heap)}, rss ${mib(mem0.rss)}; per member ${mib(mem0.heap / members)} heap; per check ${(mem0.heap / (members * perMember) / 1024).toFixed(2)} KiB heap (whole heap / checks)`,
+  )
+  print(
+    `memory after GC, after the ${idleSeconds} s idle window: heap ${mib(mem1.heap)} (${mem1.heap >= mem0.heap ? "+" : ""}${mib(mem1.heap - mem0.heap)}), rss ${mib(mem1.rss)} (${mem1.rss >= mem0.rss ? "+" : ""}${mib(mem1.rss - mem0.rss)})`,
+  )
+  print(
+    `converged CPU: ${(idleCpu * 100).toFixed(1)}% of one core (${((idleCpu * 100) / members).toFixed(3)}% per member) over ${idleSeconds} s`,
+  )
+  print(
+    `API requests at steady state: ${(memberIdle / members / idleMinutes).toFixed(1)} per member per minute to member apiservers, ${(sum(hubIdle) / members / idleMinutes).toFixed(1)} per member per minute to the hub apiserver (${[
+      ...hubIdle,
+    ]
+      .sort()
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")})`,
+  )
+  print(
+    `MemberCluster status writes: ${(statusWrites / idleMinutes).toFixed(1)} per minute (${(statusWrites / members / idleMinutes).toFixed(2)} per member per minute); BackupCheck/Job writes while idle: ${checkWritesIdle}`,
+  )
+  print(
+    `/metrics: ${scrape0.series} series, ${(scrape0.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape0.ms.toFixed(0)} ms in-process (longest event-loop stall ${scrape0.stallMs.toFixed(0)} ms); over HTTP ${httpMs.toFixed(0)} ms, ${httpBody.length} bytes`,
+  )
+
+  // Steady events: metadata-only updates of random checks, spread over members.
+  log(`events: ${eventRate}/s for ${eventSeconds} s`)
+  await ask(proc, { cmd: "latency-start" })
+  let sent = 0
+  let inflight = 0
+  let dropped = 0
+  const evStart = Date.now()
+  while (Date.now() - evStart < eventSeconds * 1000) {
+    const due = Math.floor(((Date.now() - evStart) / 1000) * eventRate)
+    while (sent < due) {
+      if (inflight >= 256) {
+        dropped += due - sent
+        sent = due
+        break
+      }
+      const m = memberList[sent % members]!
+      const k = Math.floor(Math.random() * perMember)
+      inflight++
+      sent++
+      call(
+        m.server,
+        "PATCH",
+        `${group}/namespaces/${m.namespace}/backupchecks/check-${String(k).padStart(3, "0")}`,
+        { metadata: { annotations: { "bench/tick": String(sent) } } },
+        "application/merge-patch+json",
+      )
+        .catch(() => {})
+        .finally(() => inflight--)
+    }
+    await sleep(10)
+  }
+  while (inflight > 0) await sleep(50)
+  await sleep(2_000)
+  const lat = await ask<any>(proc, { cmd: "latency-stop" })
+  const waits = (lat.waits as number[]).sort((a, b) => a - b)
+  print(
+    `event → reconcile start (workqueue wait, ms resolution) under ${((sent - dropped) / eventSeconds).toFixed(0)} updates/s for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms${dropped ? ` (${dropped} updates not sent: 256 in flight)` : ""}`,
+  )
+
+  if (process.env.SKIP_WAVE !== "1" && wavePercent > 0) {
+    // The wave: the first P% of every member's checks get a daily schedule at one minute; nothing else changes.
+    const perMemberWave = Math.max(1, Math.round((perMember * wavePercent) / 100))
+    const waveChecks = memberList.flatMap((m) =>
+      Array.from({ length: perMemberWave }, (_, k) => ({
+        m,
+        name: `check-${String(k).padStart(3, "0")}`,
+      })),
+    )
+    const patchBy = Date.now() + 60_000 + waveChecks.length * 5
+    const slot = Math.ceil((patchBy + 20_000) / 60_000) * 60_000
+    const slotDate = new Date(slot)
+    const schedule = `${slotDate.getUTCMinutes()} ${slotDate.getUTCHours()} * * *`
+    const runID = runIDForTime(slot)
+    log(
+      `wave: ${waveChecks.length} checks scheduled "${schedule}" (run ${runID}, in ${((slot - Date.now()) / 1000).toFixed(0)} s)`,
+    )
+    // The script plays the Job controller: a restore Job completes jobHoldMs after it appears.
+    let active = 0
+    let peakActive = 0
+    let jobsSeen = 0
+    const timers = new Set<NodeJS.Timeout>()
+    const seen = new Set<string>()
+    const completer = servers.map((c) =>
+      watch(c, `/apis/batch/v1/jobs?labelSelector=${encodeURIComponent(labelBackupCheck)}`, (type, job) => {
+        const key = `${c.name}/${job.metadata.namespace}/${job.metadata.name}`
+        if (type !== "ADDED" || seen.has(key) || job.status?.conditions?.length) return
+        seen.add(key)
+        jobsSeen++
+        active++
+        peakActive = Math.max(peakActive, active)
+        const t = setTimeout(() => {
+          timers.delete(t)
+          const now = new Date().toISOString().replace(/\.\d{3}Z$/, "Z")
+          const started = new Date(Date.now() - jobHoldMs).toISOString().replace(/\.\d{3}Z$/, "Z")
+          call(
+            c,
+            "PATCH",
+            `/apis/batch/v1/namespaces/${job.metadata.namespace}/jobs/${job.metadata.name}/status`,
+            {
+              status: {
+                startTime: started,
+                completionTime: now,
+                succeeded: 1,
+                conditions: [
+                  {
+                    type: "SuccessCriteriaMet",
+                    status: "True",
+                    lastTransitionTime: now,
+                    lastProbeTime: now,
+                  },
+                  {
+                    type: "Complete",
+                    status: "True",
+                    lastTransitionTime: now,
+                    lastProbeTime: now,
+                  },
+                ],
+              },
+            },
+            "application/merge-patch+json",
+          )
+            .then((r) => {
+              if (r.status >= 300) log(`completing ${key}: ${r.status} ${r.text.slice(0, 300)}`)
+            })
+            .catch((e) => log(`completing ${key}: ${e}`))
+            .finally(() => active--)
+        }, jobHoldMs)
+        timers.add(t)
+      }),
+    )
+    const done = new Map<string, number>() // namespace/name → verified at
+    const waveSet = new Set(waveChecks.map((w) => `${w.m.namespace}/${w.name}`))
+    const checkWatch = servers.map((c) =>
+      watch(c, `${group}/backupchecks`, (_type, o) => {
+        const key = `${o.metadata.namespace}/${o.metadata.name}`
+        if (!waveSet.has(key) || done.has(key)) return
+        const lr = o.status?.lastRun
+        const v = (o.status?.conditions ?? []).find((x: any) => x.type === "Verified")
+        if (lr?.runID === runID && lr.result === "Succeeded" && v?.status === "True")
+          done.set(key, Date.now())
+      }),
+    )
+    await Promise.all([...completer, ...checkWatch].map((w) => w.started))
+    await pool(waveChecks, 32, async ({ m, name }) => {
+      await must(
+        `schedule ${m.namespace}/${name}`,
+        call(
+          m.server,
+          "PATCH",
+          `${group}/namespaces/${m.namespace}/backupchecks/${name}`,
+          { spec: { schedule } },
+          "application/merge-patch+json",
+        ),
+      )
+    })
+    log(`schedules patched; waiting for ${slotDate.toISOString()}`)
+    if (Date.now() > slot) throw new Error("patching the schedules took past the slot; rerun")
+    const waveCpu0 = await ask<any>(proc, { cmd: "cpu" })
+    while (done.size < waveChecks.length) {
+      await sleep(2_000)
+      if (Date.now() > slot)
+        log(`wave: ${done.size}/${waveChecks.length} verified, ${active} Jobs active, ${jobsSeen} created`)
+      if (Date.now() - slot > 20 * 60_000) throw new Error("the wave did not finish in 20 min")
+    }
+    const waveCpu1 = await ask<any>(proc, { cmd: "cpu" })
+    for (const w of [...completer, ...checkWatch]) w.stop()
+    for (const t of timers) clearTimeout(t)
+    const byMember = new Map<string, number>()
+    for (const [key, at] of done) {
+      const ns = key.slice(0, key.indexOf("/"))
+      byMember.set(ns, Math.max(byMember.get(ns) ?? 0, at - slot))
+    }
+    const finish = [...byMember.values()].sort((a, b) => a - b)
+    const median = pct(finish, 50)
+    print(
+      `wave: ${waveChecks.length} checks (${perMemberWave} per member) due at one minute, Jobs completed ${jobHoldMs / 1000} s after creation: all verified ${(finish.at(-1)! / 1000).toFixed(1)} s after the slot; members done after fastest ${(finish[0]! / 1000).toFixed(1)} s, median ${(median / 1000).toFixed(1)} s, slowest ${(finish.at(-1)! / 1000).toFixed(1)} s (slowest/median ${(finish.at(-1)! / median).toFixed(2)}); peak concurrent Jobs ${peakActive}; hub CPU during the wave ${(((waveCpu1.cpuMicros - waveCpu0.cpuMicros) / 1000 / (waveCpu1.at - waveCpu0.at)) * 100).toFixed(0)}% of a core`,
+    )
+    const mem2 = await ask<any>(proc, { cmd: "measure" })
+    const scrape2 = await ask<any>(proc, { cmd: "scrape" })
+    print(
+      `after the wave: heap ${mib(mem2.heap)}, rss ${mib(mem2.rss)}; /metrics ${scrape2.series} series, ${(scrape2.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape2.ms.toFixed(0)} ms (stall ${scrape2.stallMs.toFixed(0)} ms)`,
+    )
+    void serverOf
+  }
+  print(
+    `(hub in its own process, --expose-gc; figures after forced GC; bench total ${((Date.now() - t0) / 1000).toFixed(0)} s)`,
+  )
+} finally {
+  hubProc?.kill("SIGKILL")
+  for (const a of agents.values()) a.destroy()
+  await fleet.stop()
+}

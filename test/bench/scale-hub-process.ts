@@ -1,0 +1,122 @@
+// The hub of fleet-scale.ts in a process of its own (started with --expose-gc): `fleetcheck hub` flags
+// after the script name (defaults otherwise, leader election off), the hub cluster's kubeconfig from
+// KUBECONFIG. It answers IPC requests with what only the process itself can see:
+//   measure        heap used, heap total and RSS after forced garbage collections
+//   cpu            process.cpuUsage() (user + system µs) and a monotonic timestamp
+//   latency-start  start recording every workqueue wait (add → a worker takes the key) and event-loop delay
+//   latency-stop   the recorded waits (ms) and the event-loop delay in the window
+//   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
+//   snapshot       write a heap snapshot to the path given
+import { monitorEventLoopDelay, performance } from "node:perf_hooks"
+import { writeHeapSnapshot } from "node:v8"
+import { hubFlagNames, resolveHubConfig } from "../../src/hub/config.ts"
+import { launchHub } from "../../src/hub/launch.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
+import { sleep } from "../support/wait.ts"
+
+const flags: Record<string, string> = {}
+const argv = process.argv.slice(2)
+const known = new Set(hubFlagNames())
+for (let i = 0; i < argv.length; i += 2) {
+  const flag = (argv[i] ?? "").replace(/^--/, "")
+  if (!known.has(flag)) throw new Error(`unknown hub flag ${argv[i]}`)
+  flags[flag] = argv[i + 1] ?? ""
+}
+const config = resolveHubConfig(
+  {
+    "leader-elect": "false",
+    "http-address": "127.0.0.1:0",
+    "log-level": "Warn",
+    ...flags,
+  },
+  {},
+)
+
+// Workqueue waits, recorded only inside a latency window.
+let recording: number[] | undefined
+const metrics = makeMetrics({ processMetrics: true })
+const wrapped: typeof metrics = {
+  ...metrics,
+  queueHooks: (cluster, controller) => {
+    const hooks = metrics.queueHooks(cluster, controller)
+    return {
+      ...hooks,
+      onGet: (key: string, queuedMs: number) => {
+        recording?.push(queuedMs)
+        hooks.onGet?.(key, queuedMs)
+      },
+    }
+  },
+}
+
+const hub = await launchHub({ config, metrics: wrapped })
+const loopDelay = monitorEventLoopDelay({ resolution: 1 })
+
+process.on("message", async (msg: any) => {
+  switch (msg.cmd) {
+    case "measure": {
+      for (let i = 0; i < 4; i++) {
+        globalThis.gc?.()
+        await sleep(100)
+      }
+      const m = process.memoryUsage()
+      process.send?.({
+        heap: m.heapUsed,
+        heapTotal: m.heapTotal,
+        rss: m.rss,
+        external: m.external,
+      })
+      return
+    }
+    case "cpu": {
+      const u = process.cpuUsage()
+      process.send?.({ cpuMicros: u.user + u.system, at: performance.now() })
+      return
+    }
+    case "latency-start":
+      recording = []
+      loopDelay.reset()
+      loopDelay.enable()
+      process.send?.({ ok: true })
+      return
+    case "latency-stop": {
+      loopDelay.disable()
+      const waits = recording ?? []
+      recording = undefined
+      process.send?.({
+        waits,
+        loopP99Ms: loopDelay.percentile(99) / 1e6,
+        loopMaxMs: loopDelay.max / 1e6,
+      })
+      return
+    }
+    case "scrape": {
+      // The longest gap between 1 ms timer ticks while the render runs is the loop's longest stall.
+      let last = performance.now()
+      let stall = 0
+      const tick = setInterval(() => {
+        const now = performance.now()
+        stall = Math.max(stall, now - last)
+        last = now
+      }, 1)
+      const t0 = performance.now()
+      const text = await metrics.render()
+      const ms = performance.now() - t0
+      clearInterval(tick)
+      stall = Math.max(stall, performance.now() - last)
+      let series = 0
+      for (const line of text.split("\n")) if (line !== "" && !line.startsWith("#")) series++
+      process.send?.({
+        ms,
+        bytes: Buffer.byteLength(text),
+        series,
+        stallMs: stall,
+      })
+      return
+    }
+    case "snapshot":
+      process.send?.({ path: writeHeapSnapshot(msg.path) })
+      return
+  }
+})
+process.send?.({ port: hub.port })
