@@ -61,6 +61,16 @@ export interface MemberEntry {
   checks: () => ReadonlyArray<BackupCheck>
   /** The MemberCluster status last written (keeps lastTransitionTimes stable across views). */
   lastStatus?: MemberClusterStatus
+  /**
+   * The MemberCluster as the hub last read or wrote it, and when: while it is recent, a status that did
+   * not change costs no request at all (see member.ts syncMemberCluster).
+   */
+  lastSeen?: {
+    readonly resourceVersion: string | undefined
+    readonly labels: Record<string, string>
+    readonly status: MemberClusterStatus | undefined
+    readonly at: number
+  }
 }
 
 export const newMemberEntry = (name: string, labels: Record<string, string>): MemberEntry => ({
@@ -267,8 +277,9 @@ export const memberClusterStatus = (
   m: MemberEntry,
   current: MemberClusterStatus | undefined,
   now: number,
+  views?: ReadonlyArray<CheckView>,
 ): MemberClusterStatus => {
-  const checks = checkViews(m)
+  const checks = views ?? checkViews(m)
   let conditions = [...(current?.conditions ?? [])]
   for (const c of memberConditions(m, checks)) {
     conditions = setStatusCondition(conditions, { ...c, lastTransitionTime: toKubeTime(now) }, now).conditions

@@ -11,8 +11,16 @@ import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient, type KubeEr
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import { credentialsExpiringSoon } from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
+import { jsonEqual } from "../reconcile/merge-patch.ts"
 import type { HubConfig } from "./config.ts"
-import { checkViews, isReachable, type MemberEntry, memberClusterStatus } from "./fleet-state.ts"
+import {
+  type CheckView,
+  checkViews,
+  isReachable,
+  type MemberEntry,
+  memberClusterStatus,
+  unseenBecause,
+} from "./fleet-state.ts"
 import type { LeaderFence } from "./hub.ts"
 import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
 
@@ -52,13 +60,43 @@ export interface MemberSpec {
 const memberClusterPath = (name: string, subresource?: string) =>
   pathOf(memberClusters, { name, subresource })
 
+/** The probe time alone changing is not worth a write every status interval: it is refreshed this often. */
+export const probeTimeRefreshMs = 60_000
+
+const sameExceptProbeTime = (a: MemberClusterStatus | undefined, b: MemberClusterStatus | undefined) =>
+  jsonEqual({ ...a, lastProbeTime: undefined }, { ...b, lastProbeTime: undefined })
+
 /**
  * Creates the MemberCluster when missing, keeps its labels equal to the Secret's, and writes the status
- * when it changed. The status write carries the resourceVersion read just before, so a concurrent
- * writer's fields are never silently overwritten (a conflict waits for the next round).
+ * when it changed (compared as JSON values: the API server returns keys in its own order). The status
+ * write carries the resourceVersion read just before, so a concurrent writer's fields are never
+ * silently overwritten (a conflict waits for the next round).
+ *
+ * What the hub last read or wrote is kept on the entry (lastSeen): while it is younger than
+ * probeTimeRefreshMs and the labels agree, an unchanged status sends nothing (no GET either); anything
+ * else reads the object first as always. A failure leaves lastSeen unset, so the next round reads it
+ * again; the probe time refresh writes at least once a minute, which also finds a MemberCluster
+ * deleted or edited behind the hub's back. `views` saves building the check views again.
  */
-export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeClient, entry: MemberEntry) {
+export const syncMemberCluster = Effect.fnUntraced(function* (
+  hubClient: KubeClient,
+  entry: MemberEntry,
+  views?: ReadonlyArray<CheckView>,
+) {
   const now = yield* Clock.currentTimeMillis
+  const seen = entry.lastSeen
+  if (seen !== undefined && now - seen.at < probeTimeRefreshMs && jsonEqual(seen.labels, entry.labels)) {
+    const desired = memberClusterStatus(entry, seen.status, now, views)
+    const probeTimeStale =
+      !seen.status?.lastProbeTime ||
+      (desired.lastProbeTime !== undefined &&
+        Date.parse(desired.lastProbeTime) - Date.parse(seen.status.lastProbeTime) >= probeTimeRefreshMs)
+    if (sameExceptProbeTime(desired, seen.status) && !(probeTimeStale && desired.lastProbeTime)) {
+      entry.lastStatus = desired
+      return
+    }
+  }
+  delete entry.lastSeen
   let current = yield* hubClient
     .request<MemberCluster>({ method: "GET", path: memberClusterPath(entry.name) })
     .pipe(Effect.catchIf(isNotFound, () => Effect.succeed(undefined)))
@@ -80,7 +118,7 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
           hubClient.request<MemberCluster>({ method: "GET", path: memberClusterPath(entry.name) }),
         ),
       )
-  } else if (JSON.stringify(current.metadata.labels ?? {}) !== JSON.stringify(entry.labels)) {
+  } else if (!jsonEqual(current.metadata.labels ?? {}, entry.labels)) {
     const removed = Object.fromEntries(
       Object.keys(current.metadata.labels ?? {})
         .filter((k) => !(k in entry.labels))
@@ -98,19 +136,13 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
       },
     })
   }
-  const desired: MemberClusterStatus = memberClusterStatus(entry, current.status, now)
-  const withoutProbeTime = (s: MemberClusterStatus | undefined) =>
-    JSON.stringify({ ...s, lastProbeTime: undefined })
-  // The probe time alone changing is not worth a write every interval: refresh it at most once a minute.
+  const desired: MemberClusterStatus = memberClusterStatus(entry, current.status, now, views)
   const probeTimeStale =
     !current.status?.lastProbeTime ||
     (desired.lastProbeTime !== undefined &&
-      Date.parse(desired.lastProbeTime) - Date.parse(current.status.lastProbeTime) >= 60_000)
-  if (
-    withoutProbeTime(desired) !== withoutProbeTime(current.status) ||
-    (probeTimeStale && desired.lastProbeTime)
-  ) {
-    yield* hubClient.request({
+      Date.parse(desired.lastProbeTime) - Date.parse(current.status.lastProbeTime) >= probeTimeRefreshMs)
+  if (!sameExceptProbeTime(desired, current.status) || (probeTimeStale && desired.lastProbeTime)) {
+    current = yield* hubClient.request<MemberCluster>({
       method: "PATCH",
       path: memberClusterPath(entry.name, "status"),
       contentType: "application/merge-patch+json",
@@ -118,6 +150,12 @@ export const syncMemberCluster = Effect.fnUntraced(function* (hubClient: KubeCli
     })
   }
   entry.lastStatus = desired
+  entry.lastSeen = {
+    resourceVersion: current.metadata.resourceVersion,
+    labels: { ...(current.metadata.labels ?? {}) },
+    status: current.status,
+    at: now,
+  }
 })
 
 /** While a failed probe awaits confirmation (failure threshold), probes come this often. */
@@ -250,6 +288,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const { settings: timings, metrics } = deps
   entry.refused = undefined
   entry.synced = false
+  delete entry.lastSeen
   entry.probe = { consecutiveFailures: 0, consecutiveSuccesses: 0 }
   entry.catchingUp = false
   delete entry.watchFailure
@@ -342,6 +381,26 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   })
   yield* Effect.forkScoped(probeLoop)
 
+  // The check views (and their series) are rebuilt only when a check's status or generation changed or
+  // the member's reachability did: a converged member's status round then touches none of its checks.
+  let checksChanged = true
+  engine.checks.addHandler({
+    onAdd: () => {
+      checksChanged = true
+    },
+    onUpdate: (before, after) => {
+      if (
+        before !== after &&
+        (before.metadata.generation !== after.metadata.generation || !jsonEqual(before.status, after.status))
+      )
+        checksChanged = true
+    },
+    onDelete: () => {
+      checksChanged = true
+    },
+  })
+  let views: ReadonlyArray<CheckView> = []
+  let viewsUnseen: string | undefined
   const restartsSeen = new Map<string, number>()
   const statusLoop = Effect.gen(function* () {
     while (true) {
@@ -371,17 +430,23 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         restartsSeen.set(resource, informer.watchRestarts)
       }
       // The same views the fleet API shows: Unknown while unreachable or not verified for this spec.
-      for (const c of checkViews(entry)) {
-        metrics.setCheckVerified(
-          entry.name,
-          c.namespace,
-          c.name,
-          c.status,
-          c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
-        )
+      const unseen = JSON.stringify(unseenBecause(entry) ?? null)
+      if (checksChanged || unseen !== viewsUnseen) {
+        checksChanged = false
+        viewsUnseen = unseen
+        views = checkViews(entry)
+        for (const c of views) {
+          metrics.setCheckVerified(
+            entry.name,
+            c.namespace,
+            c.name,
+            c.status,
+            c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
+          )
+        }
       }
       // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
-      yield* syncMemberCluster(deps.hubClient, entry).pipe(
+      yield* syncMemberCluster(deps.hubClient, entry, views).pipe(
         Effect.catch((e) =>
           Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
             Effect.annotateLogs({ error: e.message }),

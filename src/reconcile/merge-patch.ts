@@ -9,13 +9,15 @@ type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v)
 
-const equal = (a: unknown, b: unknown): boolean => {
+/** Deep equality of JSON values, whatever order object keys came in (undefined-valued keys count as absent). */
+export const jsonEqual = (a: unknown, b: unknown): boolean => {
   if (a === b) return true
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => equal(x, b[i]))
+  if (Array.isArray(a) && Array.isArray(b))
+    return a.length === b.length && a.every((x, i) => jsonEqual(x, b[i]))
   if (isObject(a) && isObject(b)) {
     const keys = (o: Record<string, unknown>) => Object.keys(o).filter((k) => o[k] !== undefined)
     const ka = keys(a)
-    return ka.length === keys(b).length && ka.every((k) => equal(a[k], b[k]))
+    return ka.length === keys(b).length && ka.every((k) => jsonEqual(a[k], b[k]))
   }
   return false
 }
@@ -27,7 +29,7 @@ const equal = (a: unknown, b: unknown): boolean => {
  */
 export const mergePatchOf = (before: unknown, after: unknown): Json | undefined => {
   if (!isObject(before) || !isObject(after)) {
-    return equal(before, after) ? undefined : (JSON.parse(JSON.stringify(after ?? null)) as Json)
+    return jsonEqual(before, after) ? undefined : (JSON.parse(JSON.stringify(after ?? null)) as Json)
   }
   const patch: { [key: string]: Json } = {}
   for (const key of Object.keys(before)) {

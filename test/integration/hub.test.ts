@@ -217,6 +217,29 @@ describe("hub with three members", () => {
     expect(ready.status).toBe(200)
   })
 
+  it("converged members cost the hub cluster no MemberCluster request between probe-time refreshes", async () => {
+    // From the hub apiserver's own request counters: 16 status rounds per member in 8 s (500 ms
+    // interval) used to send a GET and a PATCH each; only the once-a-minute probe-time refresh may
+    // show up now, at most once per member.
+    const counts = async () => {
+      const text = (await hubCluster.api("GET", "/metrics")).body as string
+      const n = { get: 0, patch: 0 }
+      for (const line of text.split("\n")) {
+        if (!line.startsWith("apiserver_request_total{") || !line.includes('resource="memberclusters"'))
+          continue
+        const value = Number(line.slice(line.lastIndexOf(" ") + 1))
+        if (line.includes('verb="GET"')) n.get += value
+        if (line.includes('verb="PATCH"') && line.includes('subresource="status"')) n.patch += value
+      }
+      return n
+    }
+    const before = await counts()
+    await sleep(8_000)
+    const after = await counts()
+    expect(after.get - before.get).toBeLessThanOrEqual(members.length)
+    expect(after.patch - before.patch).toBeLessThanOrEqual(members.length)
+  })
+
   it("bad Secrets each give a MemberCluster that says what is wrong; the hub stays ready, others keep verifying", async () => {
     const good = members[0]!.kubeconfig
     // A cluster no other registration names (the hub's own API server), so the wrong token is what is
