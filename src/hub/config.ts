@@ -9,6 +9,7 @@ import { Data } from "effect"
 import * as z from "zod"
 import { defaultHubNamespace } from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
+import { checkSeriesModes } from "../observability/metrics/check-series.ts"
 
 const dns1123Label = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/
 
@@ -194,6 +195,18 @@ export const hubSettings = {
       .refine((s) => s.includes("{traceID}"), "must contain {traceID}"),
     undefined,
     "link each check's trace id on the dashboard to this URL, {traceID} replaced (e.g. https://grafana.example/explore?traceId={traceID})",
+  ),
+  checkMetrics: setting(
+    "check-metrics",
+    z.enum(checkSeriesModes, "all, unverified or none"),
+    "all",
+    "per-check /metrics series (fleetcheck_backupcheck_*): all checks, only those not verified, or none; the per-member counts fleetcheck_backupchecks are always on",
+  ),
+  memberHistograms: setting(
+    "member-histograms",
+    bool,
+    "false",
+    "give the reconcile and workqueue histograms a cluster label (about 70 series per member) instead of one hub-wide set",
   ),
   logLevel: setting(
     "log-level",

@@ -42,7 +42,13 @@ const hubKubeConfig = (config: HubConfig): KubeConfig => {
 
 export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> => {
   const { config } = options
-  const metrics = options.metrics ?? makeMetrics({ processMetrics: options.processMetrics === true })
+  const metrics =
+    options.metrics ??
+    makeMetrics({
+      processMetrics: options.processMetrics === true,
+      checkSeries: config.checkMetrics,
+      memberHistograms: config.memberHistograms,
+    })
   const logging = Layer.merge(
     Logger.layer([options.logger ?? Logger.consoleJson]),
     Layer.succeed(References.MinimumLogLevel, config.logLevel),

@@ -34,7 +34,11 @@ const config = resolveHubConfig(
 
 // Workqueue waits, recorded only inside a latency window.
 let recording: number[] | undefined
-const metrics = makeMetrics({ processMetrics: true })
+const metrics = makeMetrics({
+  processMetrics: true,
+  checkSeries: config.checkMetrics,
+  memberHistograms: config.memberHistograms,
+})
 const wrapped: typeof metrics = {
   ...metrics,
   queueHooks: (cluster, controller) => {

@@ -74,6 +74,8 @@ describe("hub configuration", () => {
       "allow-insecure-skip-tls-verify": "true",
       "dashboard-page-size": "50",
       "trace-url-template": "https://grafana.example/explore?traceId={traceID}",
+      "check-metrics": "unverified",
+      "member-histograms": "true",
       "log-level": "Debug",
     }
     assert.sameMembers(Object.keys(samples), hubFlagNames(), "a sample for every flag")

@@ -154,7 +154,7 @@ const queue = { name: "backupcheck", controller: "backupcheck", cluster: "east" 
 describe("metrics: names and labels", () => {
   it.effect("every metric exists, typed, with a cluster label, once the cluster is initialised", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       metrics.initCluster("east", { maxConcurrentReconciles: 8 })
       metrics.setCheckVerified("east", "db", "nightly", "Unknown")
       const exposition = yield* scrape(metrics)
@@ -182,7 +182,7 @@ describe("metrics: names and labels", () => {
 
   it.effect("pre-initialises at zero, as controller-runtime does", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       metrics.initCluster("east", { maxConcurrentReconciles: 8 })
       const e = yield* scrape(metrics)
 
@@ -218,7 +218,7 @@ describe("metrics: names and labels", () => {
 
   it.effect("uses controller-runtime's bucket layouts", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       metrics.initCluster("east", { maxConcurrentReconciles: 4 })
       const e = yield* scrape(metrics)
       const les = (name: string, labels: Record<string, string>) =>
@@ -242,15 +242,26 @@ describe("metrics: names and labels", () => {
   )
 
   it.effect(
-    "render() is exactly the registry's exposition, and counts written on the hot path show in both",
+    "render() is the registry's exposition then the per-check families, and counts written on the hot path show in both",
     () =>
       Effect.gen(function* () {
-        const metrics = makeMetrics()
+        const metrics = makeMetrics({ memberHistograms: true })
         const hooks = metrics.queueHooks("east")
         hooks.onAdd?.("db/a")
         metrics.setCheckVerified("east", "db", "nightly", "True", new Date(0))
         const viaRegistry = yield* Effect.promise(() => metrics.registry.metrics())
-        assert.strictEqual(yield* Effect.promise(metrics.render), viaRegistry)
+        assert.strictEqual(
+          yield* Effect.promise(metrics.render),
+          `${viaRegistry.slice(0, -1)}\n\n${[
+            "# HELP fleetcheck_backupcheck_verified The BackupCheck's Verified condition: 1 True, 0 False, -1 Unknown",
+            "# TYPE fleetcheck_backupcheck_verified gauge",
+            'fleetcheck_backupcheck_verified{cluster="east",namespace="db",name="nightly"} 1',
+            "",
+            "# HELP fleetcheck_backupcheck_last_success_timestamp_seconds Unix time of the BackupCheck's last successful verification (0: never)",
+            "# TYPE fleetcheck_backupcheck_last_success_timestamp_seconds gauge",
+            'fleetcheck_backupcheck_last_success_timestamp_seconds{cluster="east",namespace="db",name="nightly"} 0',
+          ].join("\n")}\n`,
+        )
         assert.strictEqual(sampleValue(parseExposition(viaRegistry), "workqueue_adds_total", queue), 1)
         hooks.onAdd?.("db/b")
         assert.strictEqual(sampleValue(yield* scrape(metrics), "workqueue_adds_total", queue), 2)
@@ -274,7 +285,7 @@ describe("metrics: names and labels", () => {
       assert.deepStrictEqual(register.getMetricsAsArray(), [])
       assert.strictEqual(metrics.contentType, "text/plain; version=0.0.4; charset=utf-8")
       // two instances (two hubs in one test process) do not clash
-      makeMetrics().initCluster("east", { maxConcurrentReconciles: 4 })
+      makeMetrics({ memberHistograms: true }).initCluster("east", { maxConcurrentReconciles: 4 })
     }),
   )
 })
@@ -282,7 +293,7 @@ describe("metrics: names and labels", () => {
 describe("metrics: values move", () => {
   it.effect("reconcile outcomes map onto controller-runtime's result labels and error counters", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       metrics.initCluster("east", { maxConcurrentReconciles: 4 })
       const hooks = metrics.controllerHooks("backupcheck")
       hooks.onReconcile?.("east", "success", 0.003)
@@ -318,7 +329,7 @@ describe("metrics: values move", () => {
 
   it.effect("active workers follow the deltas; clusters are counted apart", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       metrics.initCluster("east", { maxConcurrentReconciles: 4 })
       metrics.initCluster("west", { maxConcurrentReconciles: 4 })
       const hooks = metrics.controllerHooks("backupcheck")
@@ -343,7 +354,7 @@ describe("metrics: values move", () => {
 
   it.effect("queue hooks: adds, depth, retries, and durations in seconds into the right buckets", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       const hooks = metrics.queueHooks("east")
       hooks.onAdd?.("db/a")
       hooks.onAdd?.("db/b")
@@ -373,7 +384,7 @@ describe("metrics: values move", () => {
 
   it.effect("wired into a real workqueue and controller, the counts match what happened", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       metrics.initCluster("east", { maxConcurrentReconciles: 2 })
       const q = yield* makeWorkQueue({ name: "east", metrics: metrics.queueHooks("east") })
       let boomed = false
@@ -426,7 +437,7 @@ describe("metrics: values move", () => {
 
   it.effect("checks: verified as 1 / 0 / -1, last success timestamp, delete", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       const check = { cluster: "east", namespace: "db", name: "nightly" }
       const verified = "fleetcheck_backupcheck_verified"
       const lastSuccess = "fleetcheck_backupcheck_last_success_timestamp_seconds"
@@ -462,7 +473,7 @@ describe("metrics: values move", () => {
 
   it.effect("members, informers and the global in-flight gauge", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       // a member that never engaged still shows as disconnected
       metrics.setMemberConnected("north", false)
       metrics.setMemberConnected("east", true)
@@ -493,7 +504,7 @@ describe("metrics: values move", () => {
 describe("metrics: forgetMember", () => {
   it.effect("removes every series of that cluster and only of that cluster", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       const controller = metrics.controllerHooks("backupcheck")
       const eastQueue = metrics.queueHooks("east")
       metrics.queueHooks("west")
@@ -524,7 +535,7 @@ describe("metrics: forgetMember", () => {
 
   it.effect("late hooks of a forgotten member do not bring its series back; a re-engage starts at zero", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       const controller = metrics.controllerHooks("backupcheck")
       const oldQueue = metrics.queueHooks("east")
       oldQueue.onAdd?.("db/a")
@@ -592,7 +603,7 @@ const exercise = (metrics: FleetMetrics, cluster: string): void => {
 /** What a cluster looks like right after initCluster in a hub that knows both controllers. */
 const initialSeries = (cluster: string, maxConcurrentReconciles: number) =>
   Effect.gen(function* () {
-    const fresh = makeMetrics()
+    const fresh = makeMetrics({ memberHistograms: true })
     fresh.controllerHooks("other")
     fresh.initCluster(cluster, { maxConcurrentReconciles })
     return seriesOf(yield* scrape(fresh), cluster)
@@ -602,7 +613,7 @@ describe("metrics: controller_runtime_max_concurrent_reconciles", () => {
   it.effect("is exactly the worker count initCluster is given, and absent until it is given", () =>
     Effect.gen(function* () {
       const maxConcurrent = "controller_runtime_max_concurrent_reconciles"
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       // the member fiber's order: hooks for the engine first, initCluster once the engine runs
       metrics.controllerHooks("backupcheck")
       metrics.queueHooks("east")
@@ -640,7 +651,7 @@ describe("metrics: fleetcheck_reconcile_global_inflight", () => {
     () =>
       Effect.gen(function* () {
         const inflight = "fleetcheck_reconcile_global_inflight"
-        const metrics = makeMetrics()
+        const metrics = makeMetrics({ memberHistograms: true })
         metrics.initCluster("east", { maxConcurrentReconciles: 2 })
         const globalLimit = yield* Semaphore.make(2)
         // how the hub wraps a reconcile: counted from permit acquired to permit released, whatever happens
@@ -686,7 +697,7 @@ describe("metrics: fleetcheck_reconcile_global_inflight", () => {
 describe("metrics: stale series", () => {
   it.effect("deleteCheck removes every series carrying the check's labels, and nothing else", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       exercise(metrics, "east")
       exercise(metrics, "west")
       const before = yield* scrape(metrics)
@@ -703,12 +714,17 @@ describe("metrics: stale series", () => {
         e.samples.filter((s) => matches(s, nightly)),
         [],
       )
-      // the other checks and the rest of the cluster are untouched
+      // the other checks and the rest of the cluster are untouched, but for the member's counts
       const kept = (s: Sample) => !matches(s, nightly)
+      const counted = (s: Sample) => s.name === "fleetcheck_backupchecks"
       assert.deepStrictEqual(
-        e.samples.filter((s) => s.labels.cluster !== undefined),
-        before.samples.filter((s) => s.labels.cluster !== undefined && kept(s)),
+        e.samples.filter((s) => s.labels.cluster !== undefined && !counted(s)),
+        before.samples.filter((s) => s.labels.cluster !== undefined && kept(s) && !counted(s)),
       )
+      const total = (x: Exposition, cluster: string) =>
+        find(x, "fleetcheck_backupchecks", { cluster }).reduce((n, s) => n + s.value, 0)
+      assert.strictEqual(total(e, "east"), total(before, "east") - 1)
+      assert.strictEqual(total(e, "west"), total(before, "west"))
       for (const name of perCheck) {
         assert.strictEqual(find(e, name, { ...nightly, name: "weekly" }).length, 1, name)
         assert.strictEqual(find(e, name, { ...nightly, cluster: "west" }).length, 1, name)
@@ -728,7 +744,7 @@ describe("metrics: stale series", () => {
     "forgetMember removes the cluster from every family; initCluster brings back initial values",
     () =>
       Effect.gen(function* () {
-        const metrics = makeMetrics()
+        const metrics = makeMetrics({ memberHistograms: true })
         exercise(metrics, "east")
         exercise(metrics, "west")
         const before = yield* scrape(metrics)
@@ -756,7 +772,7 @@ describe("metrics: stale series", () => {
 
   it.effect("forgetAll drops every per-cluster and per-check series; old hooks stay inert", () =>
     Effect.gen(function* () {
-      const metrics = makeMetrics()
+      const metrics = makeMetrics({ memberHistograms: true })
       exercise(metrics, "east")
       exercise(metrics, "west")
       const eastQueue = metrics.queueHooks("east")
@@ -800,6 +816,112 @@ describe("metrics: stale series", () => {
       assert.deepStrictEqual(seriesOf(e, "west"), [])
       newQueue.onAdd?.("db/c")
       assert.strictEqual(sampleValue(yield* scrape(metrics), "workqueue_adds_total", queue), 1)
+    }),
+  )
+})
+
+describe("metrics at fleet scale", () => {
+  const seriesPerCluster = (e: Exposition, cluster: string) =>
+    e.samples.filter((s) => s.labels.cluster === cluster).length
+
+  it.effect("by default the histograms are hub-wide (controller-runtime's label sets), not per member", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      for (const cluster of ["east", "west"]) metrics.initCluster(cluster, { maxConcurrentReconciles: 4 })
+      metrics.controllerHooks("backupcheck").onReconcile?.("east", "success", 0.02)
+      metrics.controllerHooks("backupcheck").onReconcile?.("west", "success", 0.2)
+      metrics.queueHooks("west").onGet?.("db/a", 3)
+      const e = yield* scrape(metrics)
+      const hubWide = { controller: "backupcheck" }
+      for (const name of [
+        "controller_runtime_reconcile_time_seconds",
+        "workqueue_queue_duration_seconds",
+        "workqueue_work_duration_seconds",
+      ]) {
+        const counts = find(e, `${name}_count`)
+        assert.strictEqual(counts.length, 1, name)
+        assert.isUndefined(counts[0]!.labels.cluster, name)
+      }
+      assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_time_seconds_count", hubWide), 2)
+      assert.strictEqual(
+        sampleValue(e, "workqueue_queue_duration_seconds_count", { ...hubWide, name: "backupcheck" }),
+        1,
+      )
+      // the counters stay per member
+      assert.strictEqual(
+        sampleValue(e, "controller_runtime_reconcile_total", { ...ctl, result: "success" }),
+        1,
+      )
+      // what a member adds, without checks: 22 series (95 with per-member histograms)
+      assert.strictEqual(seriesPerCluster(e, "east"), 22)
+      const withHistograms = makeMetrics({ memberHistograms: true })
+      withHistograms.initCluster("east", { maxConcurrentReconciles: 4 })
+      assert.strictEqual(seriesPerCluster(yield* scrape(withHistograms), "east"), 95)
+
+      // forgetting a member leaves the hub-wide histograms alone
+      metrics.forgetMember("east")
+      const after = yield* scrape(metrics)
+      assert.strictEqual(seriesPerCluster(after, "east"), 0)
+      assert.strictEqual(sampleValue(after, "controller_runtime_reconcile_time_seconds_count", hubWide), 2)
+    }),
+  )
+
+  it.effect("check series: all, only the unverified, or none; the per-member counts always", () =>
+    Effect.gen(function* () {
+      const statuses = ["True", "True", "False", "Unknown"] as const
+      const fill = (metrics: FleetMetrics) =>
+        statuses.forEach((status, i) => {
+          metrics.setCheckVerified("east", "db", `c${i}`, status, new Date(1_000_000))
+        })
+      const verified = (e: Exposition) =>
+        find(e, "fleetcheck_backupcheck_verified")
+          .map((s) => `${s.labels.name}=${s.value}`)
+          .sort()
+      const counts = (e: Exposition) =>
+        Object.fromEntries(
+          find(e, "fleetcheck_backupchecks", { cluster: "east" }).map((s) => [s.labels.status, s.value]),
+        )
+      const all = makeMetrics({ checkSeries: "all" })
+      fill(all)
+      const unverified = makeMetrics({ checkSeries: "unverified" })
+      fill(unverified)
+      const none = makeMetrics({ checkSeries: "none" })
+      fill(none)
+      const [ea, eu, en] = [yield* scrape(all), yield* scrape(unverified), yield* scrape(none)]
+      assert.deepStrictEqual(verified(ea), ["c0=1", "c1=1", "c2=0", "c3=-1"])
+      assert.deepStrictEqual(verified(eu), ["c2=0", "c3=-1"])
+      assert.strictEqual(find(eu, "fleetcheck_backupcheck_last_success_timestamp_seconds").length, 2)
+      assert.deepStrictEqual(verified(en), [])
+      assert.isUndefined(en.types.get("fleetcheck_backupcheck_verified"))
+      for (const e of [ea, eu, en]) assert.deepStrictEqual(counts(e), { True: 2, False: 1, Unknown: 1 })
+
+      // a check that verifies leaves the unverified series; one that fails joins them
+      unverified.setCheckVerified("east", "db", "c2", "True")
+      unverified.setCheckVerified("east", "db", "c0", "False")
+      const later = yield* scrape(unverified)
+      assert.deepStrictEqual(verified(later), ["c0=0", "c3=-1"])
+      assert.deepStrictEqual(counts(later), { True: 2, False: 1, Unknown: 1 })
+    }),
+  )
+
+  it.effect("a scrape of many check series gives the event loop turns while it writes", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      for (let i = 0; i < 20_000; i++) metrics.setCheckVerified(`m${i % 50}`, "db", `c${i}`, "True")
+      // Ticks of a setImmediate loop that runs alongside the render: a render in one synchronous run
+      // would let none of them through before it ended.
+      let ticks = 0
+      let rendering = true
+      const tick = () => {
+        ticks++
+        if (rendering) setImmediate(tick)
+      }
+      setImmediate(tick)
+      const text = yield* Effect.promise(metrics.render)
+      rendering = false
+      assert.strictEqual(find(parseExposition(text), "fleetcheck_backupcheck_verified").length, 20_000)
+      // 40,000 per-check lines at 4,000 per turn: at least 10 turns within the per-check families alone
+      assert.isAtLeast(ticks, 10)
     }),
   )
 })

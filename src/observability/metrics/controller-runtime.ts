@@ -106,10 +106,20 @@ const secondsOf = (ms: number): number => validSeconds(ms / 1000)
 export const makeControllerRuntimeMetrics = (
   registry: Registry,
   initialControllers: ReadonlyArray<string>,
+  memberHistograms: boolean,
 ): ControllerRuntimeMetrics => {
   const registers = [registry]
   const controllerLabels = ["controller", "cluster"]
   const queueLabels = ["name", "controller", "cluster"]
+  // Histograms are 42 and 2 × 14 series each: per member they were three quarters of every member's
+  // series. Hub-wide (controller-runtime's own label sets) unless asked for per member.
+  const histogramControllerLabels = memberHistograms ? controllerLabels : ["controller"]
+  const histogramQueueLabels = memberHistograms ? queueLabels : ["name", "controller"]
+  const histogramLabels = (labels: Labels): Labels => {
+    if (memberHistograms) return labels
+    const { cluster: _, ...rest } = labels
+    return rest
+  }
 
   const reconcileTotal = fastCounter(
     {
@@ -146,7 +156,7 @@ export const makeControllerRuntimeMetrics = (
   const reconcileTime = new Histogram({
     name: "controller_runtime_reconcile_time_seconds",
     help: "Length of time per reconciliation per controller",
-    labelNames: controllerLabels,
+    labelNames: histogramControllerLabels,
     buckets: [...reconcileTimeBuckets],
     registers,
   })
@@ -180,14 +190,14 @@ export const makeControllerRuntimeMetrics = (
   const queueLatency = new Histogram({
     name: "workqueue_queue_duration_seconds",
     help: "How long in seconds an item stays in workqueue before being requested",
-    labelNames: queueLabels,
+    labelNames: histogramQueueLabels,
     buckets: [...workqueueDurationBuckets],
     registers,
   })
   const workDuration = new Histogram({
     name: "workqueue_work_duration_seconds",
     help: "How long in seconds processing an item from workqueue takes.",
-    labelNames: queueLabels,
+    labelNames: histogramQueueLabels,
     buckets: [...workqueueDurationBuckets],
     registers,
   })
@@ -211,7 +221,7 @@ export const makeControllerRuntimeMetrics = (
     for (const result of reconcileResults) {
       total[result] = reconcileTotal.series({ controller, cluster: state.cluster, result })
     }
-    reconcileTime.zero(labels)
+    reconcileTime.zero(histogramLabels(labels))
     if (state.maxConcurrentReconciles !== undefined) maxConcurrent.set(labels, state.maxConcurrentReconciles)
     const series: ControllerSeries = {
       labels,
@@ -220,7 +230,7 @@ export const makeControllerRuntimeMetrics = (
       terminal: terminalErrors.series(labels),
       panics: reconcilePanics.series(labels),
       active: activeWorkers.series(labels),
-      time: reconcileTime.labels(labels),
+      time: reconcileTime.labels(histogramLabels(labels)),
     }
     state.controllers.set(controller, series)
     return series
@@ -230,15 +240,15 @@ export const makeControllerRuntimeMetrics = (
     const existing = state.queues.get(controller)
     if (existing !== undefined) return existing
     const labels = { name: controller, controller, cluster: state.cluster }
-    queueLatency.zero(labels)
-    workDuration.zero(labels)
+    queueLatency.zero(histogramLabels(labels))
+    workDuration.zero(histogramLabels(labels))
     const series: QueueSeries = {
       labels,
       adds: queueAdds.series(labels),
       depth: queueDepth.series(labels),
       retries: queueRetries.series(labels),
-      queueDuration: queueLatency.labels(labels),
-      workDuration: workDuration.labels(labels),
+      queueDuration: queueLatency.labels(histogramLabels(labels)),
+      workDuration: workDuration.labels(histogramLabels(labels)),
     }
     state.queues.set(controller, series)
     return series
@@ -289,15 +299,17 @@ export const makeControllerRuntimeMetrics = (
       terminalErrors.remove(series.terminal)
       reconcilePanics.remove(series.panics)
       activeWorkers.remove(series.active)
-      reconcileTime.remove(series.labels)
+      if (memberHistograms) reconcileTime.remove(series.labels)
       maxConcurrent.remove(series.labels)
     }
     for (const series of state.queues.values()) {
       queueAdds.remove(series.adds)
       queueDepth.remove(series.depth)
       queueRetries.remove(series.retries)
-      queueLatency.remove(series.labels)
-      workDuration.remove(series.labels)
+      if (memberHistograms) {
+        queueLatency.remove(series.labels)
+        workDuration.remove(series.labels)
+      }
     }
   }
 

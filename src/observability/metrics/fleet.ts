@@ -1,17 +1,17 @@
-// fleetcheck's own families: one series per BackupCheck, per member cluster and per informer, and the
-// hub-wide in-flight gauge.
+// fleetcheck's own families: per member cluster and per informer, the hub-wide in-flight gauge, and the
+// per-check families with their fleet-level counts (./check-series.ts, outside prom-client).
 //
 // fleetcheck_backupcheck_verified is one series per check, 1 (True), 0 (False) or -1 (Unknown):
 // `count by (cluster) (fleetcheck_backupcheck_verified == 0)` counts failing checks. A series per
-// status (kube-state-metrics' style) would triple the biggest family, and prom-client renders a
-// family in one synchronous block (about 10 µs a series here), which stalls the event loop.
+// status (kube-state-metrics' style) would triple the biggest family.
 //
-// Every family is listed by the labels it is keyed on (perCheck, perMember, perInformer), and removal
-// walks those lists: a family added to a list is removed with its check or cluster without more code.
+// Every prom-client family is listed by the labels it is keyed on (perMember, perInformer), and removal
+// walks those lists: a family added to a list is removed with its cluster without more code.
 import { Counter, Gauge, type Registry } from "prom-client"
-import { fastGauge, type Labels } from "./fast-series.ts"
+import { type CheckSeriesMode, type CheckVerifiedStatus, makeCheckSeries } from "./check-series.ts"
+import { fastGauge } from "./fast-series.ts"
 
-export type CheckVerifiedStatus = "True" | "False" | "Unknown"
+export type { CheckVerifiedStatus } from "./check-series.ts"
 
 export interface FleetGauges {
   /** Creates the cluster's member and informer series at zero (idempotent). */
@@ -33,34 +33,22 @@ export interface FleetGauges {
   /** A scheduled slot was skipped because the previous run was still active (concurrencyPolicy Forbid). */
   incRunSkipped(cluster: string): void
   addGlobalInflight(delta: number): void
+  /** The per-check families in the text format, written a slice at a time (see check-series.ts). */
+  renderChecks(): Promise<string>
 }
 
-const verifiedValue: Record<CheckVerifiedStatus, number> = { True: 1, False: 0, Unknown: -1 }
-
 interface ClusterState {
-  // "namespace/name" → the check's labels
-  readonly checks: Map<string, Labels>
   readonly resources: Set<string>
 }
 
-// "namespace/name" cannot collide: Kubernetes names contain no "/"
-const checkKey = (namespace: string, name: string): string => `${namespace}/${name}`
-
-export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyArray<string>): FleetGauges => {
+export const makeFleetGauges = (
+  registry: Registry,
+  initialResources: ReadonlyArray<string>,
+  checkSeriesMode: CheckSeriesMode,
+): FleetGauges => {
   const registers = [registry]
+  const checkSeries = makeCheckSeries(registry, checkSeriesMode)
 
-  const checkVerified = new Gauge({
-    name: "fleetcheck_backupcheck_verified",
-    help: "The BackupCheck's Verified condition: 1 True, 0 False, -1 Unknown",
-    labelNames: ["cluster", "namespace", "name"],
-    registers,
-  })
-  const checkLastSuccess = new Gauge({
-    name: "fleetcheck_backupcheck_last_success_timestamp_seconds",
-    help: "Unix time of the BackupCheck's last successful verification (0: never)",
-    labelNames: ["cluster", "namespace", "name"],
-    registers,
-  })
   const memberConnected = new Gauge({
     name: "fleetcheck_member_cluster_connected",
     help: "1 when the hub holds a working connection to the member cluster",
@@ -101,8 +89,7 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     registry,
   ).series({})
 
-  // keyed on {cluster, namespace, name}, {cluster} and {cluster, resource}
-  const perCheck: ReadonlyArray<Gauge | Counter> = [checkVerified, checkLastSuccess]
+  // keyed on {cluster} and {cluster, resource}
   const perMember: ReadonlyArray<Gauge | Counter> = [memberConnected, memberReady, runsSkipped]
   const perInformer: ReadonlyArray<Gauge | Counter> = [informerObjects, informerRestarts]
 
@@ -119,8 +106,9 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
   const addCluster = (cluster: string): ClusterState => {
     const existing = clusters.get(cluster)
     if (existing !== undefined) return existing
-    const state: ClusterState = { checks: new Map(), resources: new Set() }
+    const state: ClusterState = { resources: new Set() }
     clusters.set(cluster, state)
+    checkSeries.addCluster(cluster)
     memberConnected.set({ cluster }, 0)
     memberReady.set({ cluster }, 0)
     runsSkipped.inc({ cluster }, 0)
@@ -128,16 +116,11 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     return state
   }
 
-  const removeCheck = (state: ClusterState, key: string, labels: Labels): void => {
-    for (const family of perCheck) family.remove(labels)
-    state.checks.delete(key)
-  }
-
   const forgetCluster = (cluster: string): void => {
     const state = clusters.get(cluster)
     if (state === undefined) return
     clusters.delete(cluster)
-    for (const [key, labels] of state.checks) removeCheck(state, key, labels)
+    checkSeries.forgetCluster(cluster)
     for (const resource of state.resources) {
       for (const family of perInformer) family.remove({ cluster, resource })
     }
@@ -151,26 +134,8 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     status: CheckVerifiedStatus,
     lastSuccess?: Date,
   ): void => {
-    const state = addCluster(cluster)
-    const key = checkKey(namespace, name)
-    let labels = state.checks.get(key)
-    if (labels === undefined) {
-      labels = { cluster, namespace, name }
-      state.checks.set(key, labels)
-      checkLastSuccess.set(labels, 0)
-    }
-    checkVerified.set(labels, verifiedValue[status])
-    const millis = lastSuccess?.getTime()
-    // an invalid Date keeps the previous value rather than exporting NaN
-    if (millis !== undefined && Number.isFinite(millis)) checkLastSuccess.set(labels, millis / 1000)
-  }
-
-  const deleteCheck = (cluster: string, namespace: string, name: string): void => {
-    const state = clusters.get(cluster)
-    if (state === undefined) return
-    const key = checkKey(namespace, name)
-    const labels = state.checks.get(key)
-    if (labels !== undefined) removeCheck(state, key, labels)
+    addCluster(cluster)
+    checkSeries.set(cluster, namespace, name, status, lastSuccess)
   }
 
   return {
@@ -179,7 +144,7 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     },
     forgetCluster,
     setCheckVerified,
-    deleteCheck,
+    deleteCheck: checkSeries.delete,
     setMemberConnected: (cluster, connected) => {
       addCluster(cluster)
       memberConnected.set({ cluster }, connected ? 1 : 0)
@@ -204,5 +169,6 @@ export const makeFleetGauges = (registry: Registry, initialResources: ReadonlyAr
     addGlobalInflight: (delta) => {
       if (Number.isFinite(delta)) globalInflight.value += delta
     },
+    renderChecks: checkSeries.render,
   }
 }

@@ -12,9 +12,11 @@ import { setImmediate as yieldToEventLoop } from "node:timers/promises"
 import { collectDefaultMetrics, Registry } from "prom-client"
 import type { ControllerHooks } from "../../engine/controller.ts"
 import type { WorkQueueMetricsHooks } from "../../engine/workqueue/workqueue.ts"
+import type { CheckSeriesMode } from "./check-series.ts"
 import { makeControllerRuntimeMetrics } from "./controller-runtime.ts"
-import { type CheckVerifiedStatus, type FleetGauges, makeFleetGauges } from "./fleet.ts"
+import { type FleetGauges, makeFleetGauges } from "./fleet.ts"
 
+export { type CheckSeriesMode, checkSeriesModes } from "./check-series.ts"
 export { reconcileTimeBuckets, workqueueDurationBuckets } from "./controller-runtime.ts"
 export type { CheckVerifiedStatus } from "./fleet.ts"
 
@@ -25,6 +27,10 @@ export interface MetricsOptions {
   readonly resources?: ReadonlyArray<string>
   /** Also expose prom-client's process_* and nodejs_* metrics (default false: the hub's main turns it on). */
   readonly processMetrics?: boolean
+  /** Which checks get per-check series (the hub passes --check-metrics; default all). */
+  readonly checkSeries?: CheckSeriesMode
+  /** The three histograms per member, with a cluster label (the hub passes --member-histograms; default false). */
+  readonly memberHistograms?: boolean
 }
 
 export interface InitClusterOptions {
@@ -37,7 +43,7 @@ export interface InitClusterOptions {
  * FleetGauges; a check's lastSuccess omitted keeps its previous timestamp, deleteCheck removes every
  * series of that check), and the cluster lifecycle across both.
  */
-export interface FleetMetrics extends Omit<FleetGauges, "addCluster" | "forgetCluster"> {
+export interface FleetMetrics extends Omit<FleetGauges, "addCluster" | "forgetCluster" | "renderChecks"> {
   readonly registry: Registry
   /** The Content-Type header for render()'s output. */
   readonly contentType: string
@@ -74,8 +80,12 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
 
   const controllers = options.controllers ?? [backupcheckController]
   const defaultController = controllers[0] ?? backupcheckController
-  const controllerRuntime = makeControllerRuntimeMetrics(registry, controllers)
-  const fleet = makeFleetGauges(registry, options.resources ?? defaultResources)
+  const controllerRuntime = makeControllerRuntimeMetrics(
+    registry,
+    controllers,
+    options.memberHistograms === true,
+  )
+  const fleet = makeFleetGauges(registry, options.resources ?? defaultResources, options.checkSeries ?? "all")
 
   const clusters = new Set<string>()
 
@@ -94,13 +104,16 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
 
   // registry.metrics() formats every family in one synchronous run (a quarter of a second for 40k
   // series on a slow core); family by family, with a turn of the event loop between, the stall is
-  // bounded by the largest family. The output is byte for byte what registry.metrics() returns.
+  // bounded by the largest family. The registry's part is byte for byte what registry.metrics()
+  // returns; the per-check families (outside prom-client, written a slice at a time) follow it.
   const render = async (): Promise<string> => {
     const parts: Array<string> = []
     for (const metric of registry.getMetricsAsArray()) {
       parts.push(await registry.getSingleMetricAsString(metric.name))
       await yieldToEventLoop()
     }
+    const checks = await fleet.renderChecks()
+    if (checks !== "") parts.push(checks)
     return `${parts.join("\n\n")}\n`
   }
 
