@@ -451,7 +451,7 @@ try {
       .join(", ")}`,
   )
   print(
-    `memory after GC, converged: heap ${mib(mem0.heap)}, rss ${mib(mem0.rss)}; per member ${mib(mem0.heap / members)} heap; per check ${(mem0.heap / (members * perMember) / 1024).toFixed(2)} KiB heap (whole heap / checks)`,
+    `memory after GC, converged: heap ${mib(mem0.heap)} (heap total ${mib(mem0.heapTotal)}, external ${mib(mem0.external)}, array buffers ${mib(mem0.arrayBuffers)}), rss ${mib(mem0.rss)}; per member ${mib(mem0.heap / members)} heap; per check ${(mem0.heap / (members * perMember) / 1024).toFixed(2)} KiB heap (whole heap / checks)`,
   )
   print(
     `memory after GC, after the ${idleSeconds} s idle window: heap ${mib(mem1.heap)} (${mem1.heap >= mem0.heap ? "+" : ""}${mib(mem1.heap - mem0.heap)}), rss ${mib(mem1.rss)} (${mem1.rss >= mem0.rss ? "+" : ""}${mib(mem1.rss - mem0.rss)})`,
