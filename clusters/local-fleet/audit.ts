@@ -3,7 +3,9 @@
 // mode, so an event is on disk before the request it records is served. The policy records every
 // mutating request at Metadata level, at two stages: RequestReceived (written before any handler runs,
 // so a write that reached the server is recorded even if it never completes) and ResponseComplete
-// (with the response code). Reads are not recorded, nor the apiserver's own loopback client.
+// (with the response code). Reads are not recorded, nor the apiserver's own loopback client, unless
+// the cluster asks for `audit: "reads"`: then get, list and watch are recorded too (a relist or a 401
+// is then visible in the log; the log grows with every probe, so only tests that count reads ask).
 
 import { readFileSync } from "node:fs"
 
@@ -18,6 +20,19 @@ export const auditPolicy = [
   '  users: ["system:apiserver"]',
   "- level: Metadata",
   `  verbs: [${mutatingVerbs.map((v) => `"${v}"`).join(", ")}]`,
+  "- level: None",
+  "",
+].join("\n")
+
+/** The policy with reads (get, list, watch) recorded as well, at the same level and stages. */
+export const auditPolicyWithReads = [
+  "apiVersion: audit.k8s.io/v1",
+  "kind: Policy",
+  "rules:",
+  "- level: None",
+  '  users: ["system:apiserver"]',
+  "- level: Metadata",
+  `  verbs: [${[...mutatingVerbs, "get", "list", "watch"].map((v) => `"${v}"`).join(", ")}]`,
   "- level: None",
   "",
 ].join("\n")

@@ -12,7 +12,7 @@ import { request } from "node:https"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { type AuditEvent, auditFlags, auditPolicy, readAuditLog } from "./audit.ts"
+import { type AuditEvent, auditFlags, auditPolicy, auditPolicyWithReads, readAuditLog } from "./audit.ts"
 import { ensureBinaries } from "./binaries.ts"
 import {
   type ManagedProcess,
@@ -27,8 +27,11 @@ export interface ClusterOptions {
   readonly controllerManager?: boolean
   /** kube-scheduler plus kwok with one fake Node, so Job pods run (default true). */
   readonly workloads?: boolean
-  /** Audit log of every mutating request (see audit.ts); default: the fleet's `audit`. */
-  readonly audit?: boolean
+  /**
+   * Audit log of every mutating request (see audit.ts), "reads" for get/list/watch as well; default:
+   * the fleet's `audit`.
+   */
+  readonly audit?: boolean | "reads"
   /** Extra token users (members of system:masters), each with a kubeconfig; default: the fleet's `users`. */
   readonly users?: ReadonlyArray<string>
 }
@@ -375,7 +378,8 @@ const startCluster = async (
   const port = await freePort()
   const server = `https://127.0.0.1:${port}`
   const auditLogPath = spec.audit ? join(dir, "audit.log") : undefined
-  if (auditLogPath) writeFileSync(join(dir, "audit-policy.yaml"), auditPolicy)
+  if (auditLogPath)
+    writeFileSync(join(dir, "audit-policy.yaml"), spec.audit === "reads" ? auditPolicyWithReads : auditPolicy)
   const apiserverArgs = [
     `--etcd-servers=${etcdUrl}`,
     `--etcd-prefix=/${spec.name}/registry`,

@@ -271,10 +271,11 @@ export const memberClusterCrd = (): CustomResourceDefinition =>
       ageColumn,
       { name: "Total", type: "integer", jsonPath: ".status.counts.total", priority: 1 },
       { ...conditionColumn("Credentials", "CredentialsValid", "status"), priority: 1 },
+      { name: "Source", type: "string", jsonPath: ".status.source.kind", priority: 1 },
     ],
     schema: rootSchema({
       description:
-        "MemberCluster is the fleetcheck hub's view of one registered member cluster: connectivity, credentials and how many of its BackupChecks are verified. Written by the hub; one per registration Secret.",
+        "MemberCluster is the fleetcheck hub's view of one registered member cluster: connectivity, credentials and how many of its BackupChecks are verified. Written by the hub; one per registration (a labelled Secret, a Cluster API kubeconfig Secret or a ClusterProfile).",
       spec: crdSchemaOf(MemberClusterSpecSchema),
       status: crdSchemaOf(MemberClusterStatusSchema),
       specRequired: false,

@@ -46,8 +46,26 @@ export const CheckCountsSchema = z
 
 export type CheckCounts = z.output<typeof CheckCountsSchema>
 
+/** Where a member's registration comes from. */
+export const registrationSourceKinds = ["Secret", "ClusterAPISecret", "ClusterProfile"] as const
+export type RegistrationSourceKind = (typeof registrationSourceKinds)[number]
+
+export const RegistrationSourceSchema = z
+  .object({
+    kind: z
+      .enum(registrationSourceKinds)
+      .describe(
+        "Secret (labelled fleetcheck.io/kubeconfig=true), ClusterAPISecret (a Cluster API <cluster>-kubeconfig Secret) or ClusterProfile (multicluster.x-k8s.io).",
+      ),
+    name: z.string().max(253).describe("The registering object's name, in the hub namespace."),
+  })
+  .describe("The object in the hub that registers this member.")
+
+export type RegistrationSource = z.output<typeof RegistrationSourceSchema>
+
 export const MemberClusterStatusSchema = z
   .object({
+    source: RegistrationSourceSchema.optional(),
     conditions: ConditionsSchema.optional(),
     kubernetesVersion: z
       .string()

@@ -36,6 +36,18 @@ const int = (min: number, max: number) =>
     .pipe(z.number().int().min(min).max(max))
 const bool = z.enum(["true", "false"], "true or false").transform((v) => v === "true")
 
+/** A label selector as kubectl takes it: key, !key, key=value, key!=value, key in (a,b), comma-separated. */
+const labelKey = String.raw`([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`
+const labelValue = String.raw`([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?`
+const requirement = String.raw`\s*(!?${labelKey}|${labelKey}\s*(==?|!=)\s*${labelValue}|${labelKey}\s+(in|notin)\s*\(\s*${labelValue}(\s*,\s*${labelValue})*\s*\))\s*`
+const labelSelector = z
+  .string()
+  .max(1024)
+  .regex(
+    new RegExp(`^(${requirement}(,${requirement})*)?$`),
+    "a label selector (k=v,k2 in (a,b),!k3), or empty",
+  )
+
 /** `host:port`, `:port` or `[ipv6]:port`; the host is what node's listen() takes. */
 const hostPort = z.string().transform((s, ctx) => {
   const m = /^(?:\[([0-9a-fA-F:.%a-zA-Z0-9]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(s)
@@ -162,7 +174,19 @@ export const hubSettings = {
     "168h",
     "CredentialsExpiringSoon this long before a member's token or certificate expires",
   ),
+  capiKubeconfigSelector: setting(
+    "capi-kubeconfig-selector",
+    labelSelector,
+    "",
+    "also register Cluster API <cluster>-kubeconfig Secrets (data key value) in the hub namespace that match this label selector (empty: off)",
+  ),
   allowExec: setting("allow-exec", bool, "false", "accept kubeconfigs with exec credential plugins"),
+  execPluginTimeoutMs: setting(
+    "exec-plugin-timeout",
+    duration("1s", "5m"),
+    "10s",
+    "how long one exec credential plugin run may take before it is killed (its process group)",
+  ),
   allowAuthProvider: setting(
     "allow-auth-provider",
     bool,

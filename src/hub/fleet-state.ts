@@ -21,7 +21,7 @@ import {
   isClusterHealthy,
   isVerified,
 } from "../api/fleet.ts"
-import type { CheckCounts, MemberClusterStatus } from "../api/membercluster.ts"
+import type { CheckCounts, MemberClusterStatus, RegistrationSource } from "../api/membercluster.ts"
 import { kubeconfigRefusalReasons } from "../kubeconfig/policy.ts"
 
 export type { CheckView, ClusterView, FleetView }
@@ -45,12 +45,16 @@ export type AccessFailureReason = "Forbidden" | "WatchFailing"
 export interface MemberEntry {
   readonly name: string
   labels: Record<string, string>
+  /** The object that registers the member, shown on its MemberCluster. */
+  source?: RegistrationSource | undefined
   /** Why the Secret was refused (no engine runs then). */
   refused?: { reason: string; message: string }
   engineRunning: boolean
   synced: boolean
   syncError?: string
-  credentialExpiry?: Date
+  credentialExpiry?: Date | undefined
+  /** Why the exec plugin could not renew the credential (fixed words), while it cannot. */
+  renewalFailure?: string | undefined
   expiringSoon: boolean
   probe: ProbeState
   /** The caches' LIST/WATCH has failed for longer than the probe's own tolerance. */
@@ -224,7 +228,9 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
             "CredentialsValid",
             "True",
             "CredentialsExpiringSoon",
-            `credentials expire at ${m.credentialExpiry ? toKubeTime(m.credentialExpiry) : "soon"}; rotate the registration Secret`,
+            m.renewalFailure !== undefined
+              ? `credentials expire at ${m.credentialExpiry ? toKubeTime(m.credentialExpiry) : "soon"} and the exec plugin cannot renew them: ${m.renewalFailure}`
+              : `credentials expire at ${m.credentialExpiry ? toKubeTime(m.credentialExpiry) : "soon"}; rotate the registration Secret`,
           )
         : p.credentialsValid === true
           ? cond("CredentialsValid", "True", "Authenticated", "the API server accepts the credentials")
@@ -285,6 +291,7 @@ export const memberClusterStatus = (
     conditions = setStatusCondition(conditions, { ...c, lastTransitionTime: toKubeTime(now) }, now).conditions
   }
   return {
+    ...(m.source ? { source: m.source } : {}),
     conditions,
     counts: countChecks(checks),
     ...(m.probe.kubernetesVersion ? { kubernetesVersion: m.probe.kubernetesVersion } : {}),

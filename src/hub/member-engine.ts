@@ -15,16 +15,28 @@ import {
 import type { GlobalLimit } from "../engine/global-limit.ts"
 import { type InformerSet, makeInformerSet } from "../engine/informer/informer-set.ts"
 import { makeWorkQueue, type WorkQueue, type WorkQueueMetricsHooks } from "../engine/workqueue/workqueue.ts"
-import { type KubeClient, type KubeError, type KubeRequest, makeKubeClient } from "../kube/client.ts"
+import {
+  type CredentialState,
+  type KubeClient,
+  type KubeError,
+  type KubeRequest,
+  type KubeTransportError,
+  makeKubeClient,
+} from "../kube/client.ts"
 import { backupChecks, jobs as jobResource } from "../kube/resources.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
 
 export interface MemberEngineOptions {
   readonly cluster: string
+  /** The first credential and the connection; later credentials come through setCredential. */
   readonly kubeConfig: KubeConfig
   /** User-Agent of every request (names the hub process in the member's audit log). */
   readonly userAgent: string
+  /** Deadline of one exec credential plugin run. */
+  readonly execTimeoutMs: number
+  /** A ClusterProfile provider's extension config, for an exec plugin with provideClusterInfo. */
+  readonly execClusterConfig?: unknown
   /** Watch and reconcile only these namespaces (fleetcheck.io/namespaces); default cluster-wide. */
   readonly namespaces?: ReadonlyArray<string> | undefined
   /** Worker fibers for this member. */
@@ -55,6 +67,12 @@ export interface MemberEngineOptions {
 export interface MemberEngine {
   readonly cluster: string
   readonly client: KubeClient
+  /**
+   * Swaps the credential in place (same connection): informers, caches and open watches stay, so a
+   * rotated token costs no relist. See RotatingKubeClient.setCredential.
+   */
+  readonly setCredential: (kubeConfig: KubeConfig) => Effect.Effect<void, KubeTransportError>
+  readonly credentialState: () => CredentialState
   readonly checks: InformerSet<BackupCheck>
   readonly jobs: InformerSet<V1Job>
   readonly queue: WorkQueue
@@ -84,10 +102,14 @@ const ownerKey = (job: V1Job): string | undefined => {
 export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
   const { cluster } = options
   // API calls give the hub-wide permit back while they wait (engine/global-limit.ts); writes are fenced.
-  const fenced = gateWrites(
-    yield* makeKubeClient({ cluster, kubeConfig: options.kubeConfig, userAgent: options.userAgent }),
-    options.mayWrite,
-  )
+  const raw = yield* makeKubeClient({
+    cluster,
+    kubeConfig: options.kubeConfig,
+    userAgent: options.userAgent,
+    execTimeoutMs: options.execTimeoutMs,
+    ...(options.execClusterConfig !== undefined ? { execClusterConfig: options.execClusterConfig } : {}),
+  })
+  const fenced = gateWrites(raw, options.mayWrite)
   const limit = options.globalLimit
   // A reconcile the member refused (401/403) backs off; once access is back, requeueAll undoes that.
   let refusedSince = false
@@ -188,6 +210,8 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
   const engine: MemberEngine = {
     cluster,
     client,
+    setCredential: raw.setCredential,
+    credentialState: raw.credentialState,
     checks,
     jobs,
     queue,

@@ -2,8 +2,7 @@
 // its engine, a health probe with failure/success thresholds, a cache-sync watch with a timeout (a
 // member that cannot sync shows why and never blocks the others), and the MemberCluster status
 // writer. Interrupting the fiber closes the member's scope: workers drain, sockets close.
-import type { KubeConfig } from "@kubernetes/client-node"
-import { Clock, Deferred, Effect, type Scope } from "effect"
+import { Clock, Deferred, Effect, Queue, type Scope } from "effect"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
@@ -22,6 +21,7 @@ import {
   unseenBecause,
 } from "./fleet-state.ts"
 import type { LeaderFence } from "./hub.ts"
+import type { CredentialFeed } from "./member-credential.ts"
 import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
 
 /** The hub settings a member's life depends on (see config.ts for each one's meaning and default). */
@@ -36,6 +36,7 @@ export type MemberSettings = Pick<
   | "resyncPeriodMs"
   | "workersPerMember"
   | "expiryWarningMs"
+  | "execPluginTimeoutMs"
 >
 
 export interface MemberDeps {
@@ -51,10 +52,12 @@ export interface MemberDeps {
 
 export interface MemberSpec {
   readonly entry: MemberEntry
-  readonly kubeConfig: KubeConfig
-  readonly credentialExpiry?: Date
-  /** From the Secret's fleetcheck.io/namespaces annotation; undefined means cluster-wide. */
+  /** The connection and the current credential; later credentials are swapped in place. */
+  readonly credential: CredentialFeed
+  /** From the registration's namespace scope; undefined means cluster-wide. */
   readonly namespaces?: ReadonlyArray<string> | undefined
+  /** A ClusterProfile provider's extension config, for an exec plugin with provideClusterInfo. */
+  readonly execClusterConfig?: unknown
 }
 
 const memberClusterPath = (name: string, subresource?: string) =>
@@ -230,7 +233,11 @@ const probeOnce = Effect.fnUntraced(function* (
   }
   const e = result.failure
   p.lastError = e.message
-  if (e instanceof KubeApiError && e.status === 401) {
+  // An exec plugin that failed (or no credential yet): the credentials are the problem, not the network.
+  if (
+    (e instanceof KubeApiError && e.status === 401) ||
+    (e._tag === "KubeTransportError" && e.code === "Credentials")
+  ) {
     p.credentialsValid = false
     return
   }
@@ -292,7 +299,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   entry.probe = { consecutiveFailures: 0, consecutiveSuccesses: 0 }
   entry.catchingUp = false
   delete entry.watchFailure
-  entry.credentialExpiry = spec.credentialExpiry
+  entry.credentialExpiry = spec.credential.current.expiry
   // A broken connection seen by the informers (refused, reset, closed) wakes the prober at once.
   let wakeProbe = Deferred.makeUnsafe<void>()
   const onWatchFailure = (error: KubeError) => {
@@ -301,8 +308,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const engine = yield* startMemberEngine({
     onWatchFailure,
     cluster: entry.name,
-    kubeConfig: spec.kubeConfig,
+    kubeConfig: spec.credential.current.kubeConfig,
     userAgent: deps.userAgent,
+    execTimeoutMs: timings.execPluginTimeoutMs,
+    ...(spec.execClusterConfig !== undefined ? { execClusterConfig: spec.execClusterConfig } : {}),
     namespaces: spec.namespaces,
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,
@@ -332,6 +341,33 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     }),
   )
 
+  // A new credential of the same connection (a rotated token or certificate) goes into the running
+  // client: informers, caches and watches stay. The newest one wins when several arrive at once.
+  let staticExpiry = spec.credential.current.expiry
+  const rotations = yield* Queue.sliding<void>(1)
+  yield* Effect.acquireRelease(
+    Effect.sync(() => spec.credential.subscribe(() => Queue.offerUnsafe(rotations, undefined))),
+    (unsubscribe) => Effect.sync(unsubscribe),
+  )
+  yield* Effect.gen(function* () {
+    while (true) {
+      yield* Queue.take(rotations)
+      const next = spec.credential.current
+      const swapped = yield* engine.setCredential(next.kubeConfig).pipe(Effect.result)
+      if (swapped._tag === "Failure") {
+        yield* Effect.logWarning("swapping in the new credential failed; the old one stays").pipe(
+          Effect.annotateLogs({ error: swapped.failure.message }),
+        )
+        continue
+      }
+      staticExpiry = next.expiry
+      entry.credentialExpiry = next.expiry
+      yield* Effect.logInfo("credential rotated in place")
+      // The probe tells at once whether the member accepts it.
+      Deferred.doneUnsafe(wakeProbe, Effect.void)
+    }
+  }).pipe(Effect.forkScoped)
+
   yield* engine.awaitSynced.pipe(
     Effect.timeout(timings.cacheSyncTimeoutMs),
     Effect.matchEffect({
@@ -360,11 +396,15 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       const woken = wakeProbe
       yield* probeOnce(engine, entry, timings, spec.namespaces?.[0])
       const now = yield* Clock.currentTimeMillis
-      entry.expiringSoon = credentialsExpiringSoon(
-        spec.credentialExpiry,
-        new Date(now),
-        timings.expiryWarningMs,
-      )
+      // An exec credential is renewed by its plugin: its expiry matters only while renewing fails.
+      const exec = engine.credentialState()
+      const renewalFailing = exec.execFailure !== undefined
+      entry.credentialExpiry = exec.expiry ?? staticExpiry
+      entry.renewalFailure = exec.execFailure
+      entry.expiringSoon =
+        exec.expiry !== undefined
+          ? renewalFailing && credentialsExpiringSoon(exec.expiry, new Date(now), timings.expiryWarningMs)
+          : credentialsExpiringSoon(staticExpiry, new Date(now), timings.expiryWarningMs)
       metrics.setMemberConnected(entry.name, entry.probe.connected === true)
       // A failed probe is confirmed quickly rather than a full interval later: with the defaults a dead
       // member shows Connected=False in a few seconds, not 30.

@@ -34,6 +34,7 @@
 // credentials, so it survives restarts.
 import type { KubeConfig, V1Secret } from "@kubernetes/client-node"
 import { Clock, Effect, Fiber, FiberMap, type Scope } from "effect"
+import type { RegistrationSource } from "../api/membercluster.ts"
 import {
   engagedScopesAnnotation,
   finalizerName,
@@ -48,6 +49,7 @@ import { makeWorkQueue } from "../engine/workqueue/workqueue.ts"
 import { isNotFound, type KubeClient } from "../kube/client.ts"
 import { events, memberClusters, pathOf, secrets as secretResource } from "../kube/resources.ts"
 import {
+  capiKubeconfigDataKey,
   checkKubeconfig,
   type KubeconfigAccepted,
   type KubeconfigCheck,
@@ -58,6 +60,7 @@ import type { HubConfig } from "./config.ts"
 import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
 import type { LeaderFence } from "./hub.ts"
 import { runMember, syncMemberCluster } from "./member.ts"
+import { CredentialFeed } from "./member-credential.ts"
 import { releaseScope } from "./registration/release.ts"
 import {
   admission,
@@ -134,8 +137,12 @@ type Desired =
 
 interface SecretState {
   held: Held[]
-  /** What the current fiber was started for. */
+  /** What the current fiber was started for: for an engine, its connection (not its credential). */
   signature?: string
+  /** The running engine's credential: a new one of the same connection is published here. */
+  feed?: CredentialFeed
+  /** The kubeconfig hash last given to the engine (connection and credential). */
+  credentialHash?: string
   /** The cluster of the last accepted kubeconfig, to requeue the Secrets that share it. */
   cluster?: ClusterRef
   /** The last failed release, shown on the MemberCluster while disengaging. */
@@ -192,13 +199,41 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     labelSelector: `${registrationLabel}=true`,
     resyncMs: config.resyncPeriodMs,
   })
+  // Cluster API's <cluster>-kubeconfig Secrets, when the operator selects them: the same lifecycle,
+  // the kubeconfig under data key "value". A Secret in both selections counts as a labelled one.
+  const capiSecrets =
+    config.capiKubeconfigSelector === ""
+      ? undefined
+      : yield* makeInformer<V1Secret>({
+          client: hubClient,
+          name: "registration-capi-secrets",
+          resource: secretResource,
+          namespace,
+          labelSelector: config.capiKubeconfigSelector,
+          resyncMs: config.resyncPeriodMs,
+        })
   const queue = yield* makeWorkQueue({ name: "registration" })
   const keyOf = (name: string) => `${namespace}/${name}`
   const enqueue = (name: string) => queue.addUnsafe(keyOf(name))
-  secrets.addHandler({
-    onAdd: (s) => enqueue(s.metadata?.name ?? ""),
-    onUpdate: (_, s) => enqueue(s.metadata?.name ?? ""),
-    onDelete: (s) => enqueue(s.metadata?.name ?? ""),
+  for (const informer of [secrets, capiSecrets])
+    informer?.addHandler({
+      onAdd: (s) => enqueue(s.metadata?.name ?? ""),
+      onUpdate: (_, s) => enqueue(s.metadata?.name ?? ""),
+      onDelete: (s) => enqueue(s.metadata?.name ?? ""),
+    })
+  /** A registering Secret from either selection (the labelled one first). */
+  const cachedSecret = (name: string): V1Secret | undefined =>
+    secrets.store.get(keyOf(name)) ?? capiSecrets?.store.get(keyOf(name))
+  /** Every registering Secret, once each. */
+  const allSecrets = (): V1Secret[] => {
+    const labelled = secrets.store.list()
+    if (!capiSecrets) return labelled
+    const names = new Set(labelled.map((s) => s.metadata?.name))
+    return [...labelled, ...capiSecrets.store.list().filter((s) => !names.has(s.metadata?.name))]
+  }
+  const sourceOf = (secret: V1Secret): RegistrationSource => ({
+    kind: secret.metadata?.labels?.[registrationLabel] === "true" ? "Secret" : "ClusterAPISecret",
+    name: secret.metadata?.name ?? "",
   })
 
   const recordEvent = (secret: V1Secret, type: "Normal" | "Warning", reason: string, message: string) =>
@@ -250,6 +285,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       annotations: secret.metadata?.annotations,
       policy,
       now: new Date(now),
+      ...(sourceOf(secret).kind === "ClusterAPISecret" ? { dataKey: capiKubeconfigDataKey } : {}),
     })
     checkCache.set(name, { rv, result })
     return result
@@ -257,7 +293,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
 
   /** Every labelled Secret the policy accepts, as a candidate for an engine (deleted ones still occupy). */
   const candidates = (now: number) =>
-    secrets.store.list().flatMap((s): Array<Candidate & { readonly terminating: boolean }> => {
+    allSecrets().flatMap((s): Array<Candidate & { readonly terminating: boolean }> => {
       const checked = checkOf(s, now)
       if (!checked.ok) return []
       return [
@@ -285,7 +321,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   /** Requeues the Secrets registering any of these clusters (or all, when none is given). */
   const requeueNeighbours = (self: string, clusters: ReadonlyArray<ClusterRef | undefined>) => {
     const now = Date.now()
-    for (const s of secrets.store.list()) {
+    for (const s of allSecrets()) {
       const name = s.metadata?.name ?? ""
       if (name === self) continue
       const checked = checkOf(s, now)
@@ -405,6 +441,16 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       const entry = members.get(name)
       const releases = st.held.filter((h) => !(engineScope && sameScope(h, engineScope)))
       const once = desired.kind === "gone"
+      const feed =
+        desired.kind === "engine"
+          ? new CredentialFeed({
+              kubeConfig: desired.checked.kubeConfig,
+              expiry: desired.checked.credentialExpiry,
+            })
+          : undefined
+      if (feed) st.feed = feed
+      else delete st.feed
+      st.credentialHash = desired.kind === "engine" ? desired.checked.hash : undefined
       const fiber = yield* FiberMap.run(
         fibers,
         name,
@@ -418,16 +464,9 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               discard: true,
             }),
           )
-          if (desired.kind !== "engine" || !entry) return yield* Fiber.await(releasing)
+          if (desired.kind !== "engine" || !entry || !feed) return yield* Fiber.await(releasing)
           const engine = yield* runMember(
-            {
-              entry,
-              kubeConfig: desired.checked.kubeConfig,
-              ...(desired.checked.credentialExpiry
-                ? { credentialExpiry: desired.checked.credentialExpiry }
-                : {}),
-              namespaces: desired.checked.namespaces,
-            },
+            { entry, credential: feed, namespaces: desired.checked.namespaces },
             {
               hubClient,
               globalLimit: options.globalLimit,
@@ -521,7 +560,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   const reconcile = (req: { namespace: string; name: string }) =>
     Effect.gen(function* () {
       const name = req.name
-      const cached = secrets.store.get(keyOf(name))
+      const cached = cachedSecret(name)
       const secret = cached ?? (yield* lookupUnlisted(name))
       if (!secret) {
         yield* gone(name)
@@ -581,7 +620,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       if (cluster) st.cluster = cluster
       const signature =
         desired.kind === "engine"
-          ? `engine ${desired.checked.hash}`
+          ? `engine ${desired.checked.connectionHash}`
           : desired.kind === "duplicate"
             ? `duplicate ${desired.of.name}`
             : desired.kind === "refused"
@@ -605,6 +644,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         members.set(name, entry)
       }
       entry.labels = labels
+      if (labelled) entry.source = sourceOf(secret)
 
       // Recorded before any engine can put a finalizer there.
       yield* persist(secret, st)
@@ -634,6 +674,20 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             `member ${name} engaged at ${desired.checked.server}`,
           )
         if (changed) requeueNeighbours(name, [previousCluster, cluster])
+      } else if (desired.kind === "engine" && st.feed && st.credentialHash !== desired.checked.hash) {
+        // Same connection, new credential: swapped into the running engine, which keeps its caches.
+        st.credentialHash = desired.checked.hash
+        st.feed.publish({
+          kubeConfig: desired.checked.kubeConfig,
+          expiry: desired.checked.credentialExpiry,
+        })
+        yield* Effect.logInfo("credential changed; swapping it into the running member")
+        yield* recordEvent(
+          secret,
+          "Normal",
+          "CredentialRotated",
+          `member ${name}: new credential swapped in without a rebuild`,
+        )
       }
 
       if (desired.kind === "engine") {
@@ -698,13 +752,16 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     ),
   )
 
-  yield* secrets.awaitSynced.pipe(
+  const allSynced = Effect.all([secrets.awaitSynced, capiSecrets?.awaitSynced ?? Effect.void], {
+    discard: true,
+  })
+  yield* allSynced.pipe(
     Effect.andThen(Effect.sync(options.onSynced)),
     Effect.andThen(Effect.logInfo("registration Secrets listed")),
     Effect.andThen(sweepUnlabelled),
     Effect.forkScoped,
   )
-  yield* secrets.awaitSynced.pipe(Effect.timeout(60_000), Effect.ignore)
+  yield* allSynced.pipe(Effect.timeout(60_000), Effect.ignore)
   yield* runController({ name: "registration", cluster: "hub", queue, reconcile, workers })
   return { fibers, secrets }
 }) as (options: RegistrationOptions) => Effect.Effect<unknown, never, Scope.Scope>

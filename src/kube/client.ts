@@ -9,8 +9,9 @@
 // request construction; and credential errors say what failed in fixed words, never what a plugin printed.
 import * as http from "node:http"
 import * as https from "node:https"
-import type { KubeConfig, User } from "@kubernetes/client-node"
-import { Cause, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
+import { KubeConfig, type User } from "@kubernetes/client-node"
+import { Cause, Deferred, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
+import { type ExecCredentialResult, type ExecPlugin, runExecPlugin } from "./exec-credential.ts"
 
 export class KubeApiError extends Schema.TaggedError<KubeApiError>()("KubeApiError", {
   cluster: Schema.String,
@@ -96,6 +97,32 @@ export interface KubeClient {
   ): Stream.Stream<WatchEvent, KubeApiError | KubeTransportError>
 }
 
+/**
+ * A client whose credential can change while it runs (SPEC §11 "credentials that rotate in place"):
+ * what identifies the connection (server, CA, TLS server name) is fixed for its life, what
+ * authenticates it is not.
+ */
+export interface RotatingKubeClient extends KubeClient {
+  /**
+   * Swaps in the user of `kubeConfig` (bearer token, client certificate, basic auth, exec plugin):
+   * requests already sent finish with the old credential, every later one uses the new; open watches
+   * keep running. Fails with code Config when `kubeConfig` names another connection (that needs a new
+   * client) and with Credentials when the new credential cannot be resolved (the old one stays).
+   */
+  readonly setCredential: (kubeConfig: KubeConfig) => Effect.Effect<void, KubeTransportError>
+  /** What the client knows of its current credential, for the MemberCluster's conditions. */
+  readonly credentialState: () => CredentialState
+}
+
+export interface CredentialState {
+  /** The exec plugin's expirationTimestamp of the credential in use, when it gave one. */
+  readonly expiry: Date | undefined
+  /** Why the exec plugin's last run failed (fixed words), until a run succeeds. */
+  readonly execFailure: string | undefined
+  /** Exec plugin runs that produced a credential, and credentials swapped in by setCredential. */
+  readonly refreshes: number
+}
+
 export interface KubeClientOptions {
   /** Member name, used in errors, logs and span attributes. */
   readonly cluster: string
@@ -106,6 +133,10 @@ export interface KubeClientOptions {
   readonly watchInactivityTimeoutMs?: number
   /** Sent as User-Agent on every request, so API server audit logs tell hub processes apart. */
   readonly userAgent?: string
+  /** Deadline of one exec credential plugin run; default the request deadline. */
+  readonly execTimeoutMs?: number
+  /** A ClusterProfile provider's extension config, passed to an exec plugin with provideClusterInfo. */
+  readonly execClusterConfig?: unknown
 }
 
 export interface ResourceRef {
@@ -265,33 +296,96 @@ const readBody = (
   })
 }
 
+/** Backoff between failed exec plugin runs (and between refreshes a 401 asks for): 1 s doubling to 5 min. */
+const execBackoff = { baseMs: 1_000, maxMs: 300_000 }
+const backoffMs = (failures: number) =>
+  failures <= 0 ? 0 : Math.min(execBackoff.maxMs, execBackoff.baseMs * 2 ** Math.min(failures - 1, 20))
+/** An exec credential is refreshed this share of its lifetime before it expires (at most 5 min before). */
+const refreshShare = 0.2
+
+/**
+ * One credential in use: its auth headers and the Agent whose sockets carry its client certificate.
+ * Requests hold the generation they started with; a retired Agent is closed once none holds it.
+ */
+interface Generation {
+  readonly id: number
+  readonly auth: Auth | undefined
+  readonly agent: http.Agent
+  /** cert and key as client-node or the plugin gave them: an unchanged pair keeps the Agent. */
+  readonly certKey: string
+  readonly expiry: Date | undefined
+  /** When an exec credential is due for a refresh (ms since the epoch). */
+  readonly refreshAt: number | undefined
+  inflight: number
+  retired: boolean
+}
+
+interface Resolved {
+  readonly auth: Auth
+  readonly generation: Generation
+}
+
+/** How the current user authenticates: resolved once, per request by client-node, or by our exec runner. */
+type Source =
+  | { readonly kind: "static"; readonly kubeConfig: KubeConfig; readonly user: User | null }
+  | { readonly kind: "dynamic"; readonly kubeConfig: KubeConfig; readonly user: User | null }
+  | { readonly kind: "exec"; readonly plugin: ExecPlugin; readonly provideClusterInfo: boolean }
+
 export const makeKubeClient = Effect.fnUntraced(function* (
   options: KubeClientOptions,
-): Effect.fn.Return<KubeClient, never, Scope.Scope> {
+): Effect.fn.Return<RotatingKubeClient, never, Scope.Scope> {
   const { cluster, kubeConfig } = options
   const requestTimeoutMs = options.requestTimeoutMs ?? 30_000
   const watchInactivityTimeoutMs = options.watchInactivityTimeoutMs ?? 90_000
+  const execTimeoutMs = options.execTimeoutMs ?? requestTimeoutMs
   const userAgent = options.userAgent ?? "fleetcheck"
-  const server = kubeConfig.getCurrentCluster()?.server
+  const clientScope = yield* Effect.scope
+  const connection = kubeConfig.getCurrentCluster()
+  const server = connection?.server
   // Our Agent talks to the server directly; a proxy-url would silently be bypassed, so refuse it.
-  const proxyUrl = kubeConfig.getCurrentCluster()?.proxyUrl
-  const user = kubeConfig.getCurrentUser()
-  // exec and auth-provider tokens expire: ask the KubeConfig for headers on every request (its
-  // authenticators cache the token until expiry). Static credentials are resolved once.
-  const dynamicAuth = Boolean(user?.exec || user?.authProvider)
+  const proxyUrl = connection?.proxyUrl
 
   /**
    * client-node's TLS options and auth headers into `opts`: None when that took longer than the request
    * deadline (a hung plugin must not hang the request, or the client's construction, with it). Fails with
    * the raw error, for credentialFailure to describe.
    */
-  const applyAuth = (opts: https.RequestOptions): Effect.Effect<Option.Option<void>, unknown> =>
-    Effect.tryPromise({ try: () => kubeConfig.applyToHTTPSOptions(opts), catch: (e) => e }).pipe(
+  const applyAuth = (
+    kc: KubeConfig,
+    opts: https.RequestOptions,
+  ): Effect.Effect<Option.Option<void>, unknown> =>
+    Effect.tryPromise({ try: () => kc.applyToHTTPSOptions(opts), catch: (e) => e }).pipe(
       Effect.timeoutOption(requestTimeoutMs),
     )
 
+  /** The user's credential source; an exec user is run by runExecPlugin, never by client-node. */
+  const sourceOf = (kc: KubeConfig): Source => {
+    const user = kc.getCurrentUser()
+    const exec = user?.exec as (ExecPlugin & { provideClusterInfo?: boolean }) | undefined
+    if (exec && typeof exec.command === "string")
+      return { kind: "exec", plugin: exec, provideClusterInfo: exec.provideClusterInfo === true }
+    return user?.authProvider
+      ? { kind: "dynamic", kubeConfig: kc, user }
+      : { kind: "static", kubeConfig: kc, user }
+  }
+  /** The kubeconfig without its exec user: what client-node may resolve (TLS options only then). */
+  const withoutExec = (kc: KubeConfig): KubeConfig => {
+    const user = kc.getCurrentUser()
+    if (!user?.exec) return kc
+    // The same cluster and context, the user's other fields (impersonation, TLS), no exec.
+    const stripped = new KubeConfig()
+    stripped.loadFromOptions({
+      clusters: kc.clusters,
+      users: kc.users.map((u) => (u.name === user.name ? { ...u, exec: undefined } : u)),
+      contexts: kc.contexts,
+      currentContext: kc.getCurrentContext(),
+    })
+    return stripped
+  }
+
   const base: https.RequestOptions = {}
-  const initialAuth = yield* applyAuth(base).pipe(
+  let source = sourceOf(kubeConfig)
+  const initialAuth = yield* applyAuth(withoutExec(kubeConfig), base).pipe(
     Effect.map(Option.map(() => headersOf(base))),
     Effect.map(Option.getOrUndefined),
     Effect.orElseSucceed(() => undefined),
@@ -305,20 +399,93 @@ export const makeKubeClient = Effect.fnUntraced(function* (
         ? "kubeconfig proxy-url is not supported"
         : undefined
   const isHttps = url?.protocol !== "http:"
-  // applyToHTTPSOptions also sets opts.agent (client-node's own); we replace it with a keep-alive one.
-  const agentOptions: https.AgentOptions = {
-    keepAlive: true,
-    keepAliveMsecs: 30_000,
+  // What identifies the connection, from the first kubeconfig; setCredential must not change it.
+  const tls = {
     ca: base.ca,
-    cert: base.cert,
-    key: base.key,
     servername: base.servername,
-    ...(base.rejectUnauthorized !== undefined ? { rejectUnauthorized: base.rejectUnauthorized } : {}),
+    rejectUnauthorized: base.rejectUnauthorized,
   }
-  const agent = yield* Effect.acquireRelease(
-    Effect.sync(() => (isHttps ? new https.Agent(agentOptions) : new http.Agent({ keepAlive: true }))),
-    (a) => Effect.sync(() => a.destroy()),
+  const agents = new Set<http.Agent>()
+  yield* Effect.addFinalizer(() =>
+    Effect.sync(() => {
+      for (const a of agents) a.destroy()
+      agents.clear()
+    }),
   )
+  // applyToHTTPSOptions also sets opts.agent (client-node's own); we use keep-alive ones of our own.
+  const newAgent = (cert: https.RequestOptions["cert"], key: https.RequestOptions["key"]) => {
+    const a = isHttps
+      ? new https.Agent({
+          keepAlive: true,
+          keepAliveMsecs: 30_000,
+          ca: tls.ca,
+          cert,
+          key,
+          servername: tls.servername,
+          ...(tls.rejectUnauthorized !== undefined ? { rejectUnauthorized: tls.rejectUnauthorized } : {}),
+        })
+      : new http.Agent({ keepAlive: true })
+    agents.add(a)
+    return a
+  }
+  const certKeyOf = (cert: unknown, key: unknown) => `${String(cert ?? "")}\n${String(key ?? "")}`
+  let generations = 0
+  let current: Generation = {
+    id: ++generations,
+    // An exec user has no credential until its plugin ran (on the first request).
+    auth: source.kind === "exec" ? undefined : initialAuth,
+    agent: newAgent(base.cert, base.key),
+    certKey: certKeyOf(base.cert, base.key),
+    expiry: undefined,
+    refreshAt: undefined,
+    inflight: 0,
+    retired: false,
+  }
+  /** The user's own TLS material and headers (impersonation), under an exec plugin's credential. */
+  let userBase = { cert: base.cert, key: base.key, headers: initialAuth?.headers ?? {} }
+  let refreshes = 0
+  let execFailure: string | undefined
+  let execFailures = 0
+  let nextExecAt = 0
+  /** 401s answered by a refresh in a row, without a request succeeding in between: spaces them out. */
+  let rejectedStreak = 0
+  let nextRejectedRefreshAt = 0
+  let refreshing: Deferred.Deferred<Generation, KubeTransportError> | undefined
+
+  const retireIfIdle = (g: Generation) => {
+    if (g.retired && g.inflight === 0 && g.agent !== current.agent) {
+      g.agent.destroy()
+      agents.delete(g.agent)
+    }
+  }
+  const hold = (g: Generation) => {
+    g.inflight++
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      g.inflight--
+      retireIfIdle(g)
+    }
+  }
+  const install = (
+    next: Omit<Generation, "id" | "inflight" | "retired" | "agent" | "certKey">,
+    cert: unknown,
+    key: unknown,
+  ) => {
+    const previous = current
+    const certKey = certKeyOf(cert, key)
+    const agent =
+      certKey === previous.certKey
+        ? previous.agent
+        : newAgent(cert as https.RequestOptions["cert"], key as https.RequestOptions["key"])
+    current = { ...next, id: ++generations, agent, certKey, inflight: 0, retired: false }
+    previous.retired = true
+    retireIfIdle(previous)
+    refreshes++
+    return current
+  }
+
   const doRequest = isHttps ? https.request : http.request
   const basePath = url ? url.pathname.replace(/\/+$/, "") : ""
 
@@ -329,12 +496,118 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   const tooLarge = (method: string, path: string, what: string, limit: number) =>
     transportError(method, path, `${what} is larger than ${limit} bytes`, "TooLarge")
 
-  const resolveAuth = (method: string, path: string): Effect.Effect<Auth, KubeTransportError> => {
+  /** Installs what the plugin printed as the current credential. */
+  const installExec = (r: ExecCredentialResult, now: number) => {
+    const headers: Record<string, string> = { ...userBase.headers }
+    delete headers.Authorization
+    delete headers.authorization
+    if (r.token !== undefined) headers.Authorization = `Bearer ${r.token}`
+    const expiry = r.expirationTimestamp
+    const lifetime = expiry ? expiry.getTime() - now : undefined
+    const refreshAt =
+      expiry && lifetime !== undefined
+        ? expiry.getTime() - Math.min(300_000, Math.max(0, lifetime) * refreshShare)
+        : undefined
+    return install(
+      { auth: { headers, basicAuth: undefined }, expiry, refreshAt },
+      r.clientCertificateData ?? userBase.cert,
+      r.clientKeyData ?? userBase.key,
+    )
+  }
+
+  /**
+   * Runs the exec plugin once, in the client's scope (one run at a time; a caller that stops waiting
+   * does not stop the run). A failure keeps the current credential and spaces the next run out.
+   */
+  const refreshExec = (plugin: ExecPlugin, provideClusterInfo: boolean) => {
+    if (refreshing) return refreshing
+    const d = Deferred.makeUnsafe<Generation, KubeTransportError>()
+    refreshing = d
+    const clusterInfo = provideClusterInfo
+      ? {
+          server: server ?? "",
+          ...(connection?.caData ? { "certificate-authority-data": connection.caData } : {}),
+          ...(connection?.tlsServerName ? { "tls-server-name": connection.tlsServerName } : {}),
+          ...(options.execClusterConfig !== undefined ? { config: options.execClusterConfig } : {}),
+        }
+      : undefined
+    const run = runExecPlugin({ plugin, timeoutMs: execTimeoutMs, cluster: clusterInfo }).pipe(
+      Effect.matchEffect({
+        onSuccess: (r) =>
+          Effect.sync(() => {
+            execFailure = undefined
+            execFailures = 0
+            nextExecAt = 0
+            return installExec(r, Date.now())
+          }),
+        onFailure: (e) =>
+          Effect.gen(function* () {
+            execFailure = e.message
+            execFailures++
+            nextExecAt = Date.now() + backoffMs(execFailures)
+            yield* Effect.logWarning("exec credential plugin failed").pipe(
+              Effect.annotateLogs({ cluster, error: e.message, failures: execFailures }),
+            )
+            return yield* Effect.fail(transportError("GET", "", e.message, "Credentials"))
+          }),
+      }),
+      Effect.onExit((exit) =>
+        Effect.sync(() => {
+          if (source.kind === "exec" && refreshing === d) refreshing = undefined
+          Deferred.doneUnsafe(d, exit)
+        }),
+      ),
+    )
+    Effect.runFork(Effect.forkIn(run, clientScope))
+    return d
+  }
+
+  const resolveAuth = (method: string, path: string): Effect.Effect<Resolved, KubeTransportError> => {
     if (configError !== undefined) return Effect.fail(transportError(method, path, configError, "Config"))
-    if (!dynamicAuth && initialAuth !== undefined) return Effect.succeed(initialAuth)
+    const g = current
+    const src = source
+    if (src.kind === "exec") {
+      const now = Date.now()
+      const usable = g.auth !== undefined && (g.expiry === undefined || now < g.expiry.getTime())
+      const due = g.auth === undefined || (g.refreshAt !== undefined && now >= g.refreshAt)
+      if (usable && !due) return Effect.succeed({ auth: g.auth as Auth, generation: g })
+      if (usable) {
+        // Due before it expires: refresh in the background, keep using it meanwhile.
+        if (now >= nextExecAt) refreshExec(src.plugin, src.provideClusterInfo)
+        return Effect.succeed({ auth: g.auth as Auth, generation: g })
+      }
+      if (now < nextExecAt && !refreshing)
+        return Effect.fail(
+          transportError(
+            method,
+            path,
+            `${execFailure ?? "exec credential plugin failed"}; next run in ${Math.ceil((nextExecAt - now) / 1000)} s`,
+            "Credentials",
+          ),
+        )
+      return Deferred.await(refreshExec(src.plugin, src.provideClusterInfo)).pipe(
+        Effect.timeoutOption(execTimeoutMs + 1_000),
+        Effect.mapError((e) => transportError(method, path, e.message, "Credentials")),
+        Effect.flatMap(
+          Option.match({
+            onNone: () =>
+              Effect.fail(
+                transportError(
+                  method,
+                  path,
+                  `exec credential plugin did not finish within ${execTimeoutMs} ms`,
+                  "Timeout",
+                ),
+              ),
+            onSome: (next) => Effect.succeed({ auth: next.auth as Auth, generation: next }),
+          }),
+        ),
+      )
+    }
+    if (src.kind === "static" && g.auth !== undefined) return Effect.succeed({ auth: g.auth, generation: g })
     const opts: https.RequestOptions = {}
-    return applyAuth(opts).pipe(
-      Effect.mapError((e) => transportError(method, path, credentialFailure(user, e), "Credentials")),
+    return applyAuth(src.kubeConfig, opts).pipe(
+      Effect.mapError((e) => transportError(method, path, credentialFailure(src.user, e), "Credentials")),
       Effect.flatMap(
         Option.match({
           onNone: () =>
@@ -346,11 +619,72 @@ export const makeKubeClient = Effect.fnUntraced(function* (
                 "Timeout",
               ),
             ),
-          onSome: () => Effect.succeed(headersOf(opts)),
+          onSome: () => Effect.succeed({ auth: headersOf(opts), generation: g }),
         }),
       ),
     )
   }
+
+  /**
+   * The member refused a credential (401). An exec credential is run again, once per generation and
+   * spaced out while 401s keep coming (never a storm of plugin runs); a request that used an older
+   * generation says nothing about the current one.
+   */
+  const onUnauthorized = (g: Generation) => {
+    const src = source
+    if (src.kind !== "exec" || g !== current || refreshing) return
+    const now = Date.now()
+    if (now < nextExecAt || now < nextRejectedRefreshAt) return
+    rejectedStreak++
+    nextRejectedRefreshAt = now + backoffMs(rejectedStreak)
+    refreshExec(src.plugin, src.provideClusterInfo)
+  }
+  const onAccepted = (g: Generation) => {
+    if (g === current) rejectedStreak = 0
+  }
+
+  const setCredential = (kc: KubeConfig): Effect.Effect<void, KubeTransportError> =>
+    Effect.gen(function* () {
+      const c = kc.getCurrentCluster()
+      if (
+        c?.server !== server ||
+        c?.caData !== connection?.caData ||
+        c?.tlsServerName !== connection?.tlsServerName ||
+        c?.skipTLSVerify !== connection?.skipTLSVerify
+      )
+        return yield* transportError("GET", "", "the new kubeconfig names another connection", "Config")
+      const next = sourceOf(kc)
+      const opts: https.RequestOptions = {}
+      const applied = yield* applyAuth(withoutExec(kc), opts).pipe(
+        Effect.mapError((e) =>
+          transportError("GET", "", credentialFailure(kc.getCurrentUser(), e), "Credentials"),
+        ),
+      )
+      if (Option.isNone(applied))
+        return yield* transportError(
+          "GET",
+          "",
+          `credentials not resolved within ${requestTimeoutMs} ms`,
+          "Timeout",
+        )
+      source = next
+      execFailure = undefined
+      execFailures = 0
+      nextExecAt = 0
+      rejectedStreak = 0
+      nextRejectedRefreshAt = 0
+      const auth = headersOf(opts)
+      userBase = { cert: opts.cert, key: opts.key, headers: auth.headers }
+      // An exec user starts without a credential: the first request runs the plugin.
+      install(
+        { auth: next.kind === "exec" ? undefined : auth, expiry: undefined, refreshAt: undefined },
+        opts.cert,
+        opts.key,
+      )
+      if (next.kind === "exec") yield* Effect.logDebug("exec credential source swapped in")
+    })
+
+  const credentialState = (): CredentialState => ({ expiry: current.expiry, execFailure, refreshes })
 
   /**
    * Starts the request. Node validates header values while building it and throws synchronously
@@ -362,10 +696,11 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     method: string,
     path: string,
     fullPath: string,
-    auth: Auth,
+    resolved: Resolved,
     extra: Record<string, string>,
     onResponse: (res: http.IncomingMessage) => void,
   ): http.ClientRequest | KubeTransportError => {
+    const { auth, generation } = resolved
     try {
       return doRequest(
         {
@@ -374,7 +709,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
           port: url!.port || (isHttps ? 443 : 80),
           path: basePath + fullPath,
           method,
-          agent,
+          agent: generation.agent,
           ...(auth.basicAuth ? { auth: auth.basicAuth } : {}),
           headers: { ...auth.headers, accept: "application/json", "user-agent": userAgent, ...extra },
         },
@@ -411,7 +746,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
 
   const isSuccess = (status: number) => status >= 200 && status < 300
 
-  const send = (req: KubeRequest, auth: Auth) =>
+  const send = (req: KubeRequest, resolved: Resolved) =>
     Effect.callback<RawResponse, KubeTransportError>((resume, signal) => {
       const { method, path } = req
       let payload: string | undefined
@@ -435,7 +770,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
         r?.destroy()
       }
       const timeoutMs = req.timeoutMs ?? requestTimeoutMs
-      const started = startRequest(method, path, path + queryString(req.query), auth, extra, (res) => {
+      const started = startRequest(method, path, path + queryString(req.query), resolved, extra, (res) => {
         const status = res.statusCode ?? 0
         const limit = isSuccess(status) ? maxResponseBytes : maxErrorBodyBytes
         readBody(
@@ -477,9 +812,12 @@ export const makeKubeClient = Effect.fnUntraced(function* (
 
   const request = <T = unknown>(req: KubeRequest): Effect.Effect<T, KubeApiError | KubeTransportError> =>
     Effect.gen(function* () {
-      const auth = yield* resolveAuth(req.method, req.path)
-      const res = yield* send(req, auth)
+      const resolved = yield* resolveAuth(req.method, req.path)
+      const release = hold(resolved.generation)
+      const res = yield* send(req, resolved).pipe(Effect.ensuring(Effect.sync(release)))
       yield* Effect.annotateCurrentSpan("http.response.status_code", res.status)
+      if (res.status === 401) onUnauthorized(resolved.generation)
+      else onAccepted(resolved.generation)
       if (!isSuccess(res.status)) {
         return yield* apiError(req.method, req.path, res.status, res.text, res.retryAfter)
       }
@@ -505,9 +843,10 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     queue: Queue.Queue<WatchEvent, KubeApiError | KubeTransportError | Cause.Done>,
     path: string,
     query: Record<string, string>,
-    auth: Auth,
+    resolved: Resolved,
     watchOptions: WatchOptions | undefined,
   ): (() => void) => {
+    const release = hold(resolved.generation)
     const inactivityMs = watchOptions?.inactivityTimeoutMs ?? watchInactivityTimeoutMs
     let ended = false
     let timer: NodeJS.Timeout | undefined
@@ -516,6 +855,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       ended = true
       clearTimeout(timer)
       r?.destroy()
+      release()
     }
     const failCause = (cause: Cause.Cause<KubeApiError | KubeTransportError>) => {
       if (ended) return
@@ -565,6 +905,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     }
     const onResponse = (res: http.IncomingMessage) => {
       const status = res.statusCode ?? 0
+      if (status === 401) onUnauthorized(resolved.generation)
       if (status !== 200) {
         readBody(
           res,
@@ -576,6 +917,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
         res.on("close", () => fail(transportError("GET", path, `HTTP ${status} body cut off`, "Closed")))
         return
       }
+      onAccepted(resolved.generation)
       arm()
       try {
         watchOptions?.onConnected?.()
@@ -610,8 +952,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       res.on("end", () => {
         if (ended) return
         if (partialBytes > 0 && !parseLine(Buffer.concat(partial, partialBytes))) return
-        ended = true
-        clearTimeout(timer)
+        stop()
         Queue.endUnsafe(queue)
       })
       res.on("aborted", () => fail(transportError("GET", path, "watch response aborted", "Closed")))
@@ -622,7 +963,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       "GET",
       path,
       path + queryString({ ...query, watch: "true" }),
-      auth,
+      resolved,
       {},
       onResponse,
     )
@@ -647,12 +988,12 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   ): Stream.Stream<WatchEvent, KubeApiError | KubeTransportError> =>
     Stream.callback<WatchEvent, KubeApiError | KubeTransportError>((queue) =>
       Effect.gen(function* () {
-        const auth = yield* resolveAuth("GET", path)
-        const stop = openWatch(queue, path, query, auth, watchOptions)
+        const resolved = yield* resolveAuth("GET", path)
+        const stop = openWatch(queue, path, query, resolved, watchOptions)
         // Interruption (or the consumer stopping) aborts the request.
         yield* Effect.addFinalizer(() => Effect.sync(stop))
       }),
     )
 
-  return { cluster, request, watch }
+  return { cluster, request, watch, setCredential, credentialState }
 })

@@ -24,6 +24,8 @@ import { contextAnnotation, namespacesAnnotation } from "../api/names.ts"
 
 /** The Secret data key that holds the kubeconfig (SPEC §2). */
 export const kubeconfigDataKey = "kubeconfig"
+/** The data key of a Cluster API `<cluster>-kubeconfig` Secret. */
+export const capiKubeconfigDataKey = "value"
 /** A Secret holds at most 1 MiB in total, so a larger kubeconfig is garbage or an attack. */
 export const maxKubeconfigBytes = 1024 * 1024
 /** Anchors and aliases are legal YAML; a handful is plenty for a kubeconfig, and the bound stops bombs. */
@@ -82,6 +84,12 @@ export interface KubeconfigAccepted {
    * contexts, unknown fields, labels and other data keys do not change it; equal hash, no rebuild.
    */
   readonly hash: string
+  /**
+   * sha256 hex over what identifies the connection: the cluster's fields (server, CA, TLS server name,
+   * skip-verify), the context's namespace and the namespace scope. Equal connection hash, different hash:
+   * only the credential changed, and the member's client swaps it in place (no rebuild, no relist).
+   */
+  readonly connectionHash: string
   /** The chosen cluster's server URL, without a trailing slash (as client-node stores it). */
   readonly server: string
   readonly contextName: string
@@ -109,6 +117,8 @@ export interface KubeconfigCheckInput {
   readonly annotations?: Readonly<Record<string, string>> | undefined
   readonly policy: KubeconfigPolicy
   readonly now: Date
+  /** Where in `data` the kubeconfig is; default kubeconfigDataKey (a Cluster API Secret: "value"). */
+  readonly dataKey?: string
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -362,41 +372,35 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted | Refusal => {
   }
 
   // 2. The data key: strict base64, bounded, UTF-8.
-  const encoded = input.data?.[kubeconfigDataKey]
+  const dataKey = input.dataKey ?? kubeconfigDataKey
+  const encoded = input.data?.[dataKey]
   if (encoded === undefined || encoded === "") {
-    return refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is missing or empty`)
+    return refuse(R.KubeconfigMissing, `data key ${q(dataKey)} is missing or empty`)
   }
   if (encoded.length > Math.ceil(maxKubeconfigBytes / 3) * 4) {
-    return refuse(
-      R.KubeconfigInvalid,
-      `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`,
-    )
+    return refuse(R.KubeconfigInvalid, `data key ${q(dataKey)} is larger than ${maxKubeconfigBytes} bytes`)
   }
   const raw = decodeBase64(encoded)
-  if (raw === undefined)
-    return refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not valid base64`)
+  if (raw === undefined) return refuse(R.KubeconfigInvalid, `data key ${q(dataKey)} is not valid base64`)
   if (raw.length > maxKubeconfigBytes) {
-    return refuse(
-      R.KubeconfigInvalid,
-      `data key ${q(kubeconfigDataKey)} is larger than ${maxKubeconfigBytes} bytes`,
-    )
+    return refuse(R.KubeconfigInvalid, `data key ${q(dataKey)} is larger than ${maxKubeconfigBytes} bytes`)
   }
   let text = ""
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(raw)
   } catch {
-    return refuse(R.KubeconfigInvalid, `data key ${q(kubeconfigDataKey)} is not UTF-8 text`)
+    return refuse(R.KubeconfigInvalid, `data key ${q(dataKey)} is not UTF-8 text`)
   }
-  if (text.trim() === "") return refuse(R.KubeconfigMissing, `data key ${q(kubeconfigDataKey)} is empty`)
+  if (text.trim() === "") return refuse(R.KubeconfigMissing, `data key ${q(dataKey)} is empty`)
 
   // 3. YAML (JSON is YAML): one document, no custom tags, bounded aliases. yaml's own error messages
   // quote the source line, which may hold a token: report the error code and position only.
-  const notYaml = `data key ${q(kubeconfigDataKey)} is not valid YAML or JSON`
+  const notYaml = `data key ${q(dataKey)} is not valid YAML or JSON`
   const docList = parseAllDocuments(text, yamlOptions)
   if (docList.length > 1)
     return refuse(
       R.KubeconfigInvalid,
-      `data key ${q(kubeconfigDataKey)} holds ${docList.length} YAML documents; exactly one is allowed`,
+      `data key ${q(dataKey)} holds ${docList.length} YAML documents; exactly one is allowed`,
     )
   const doc = docList[0]
   if (doc === undefined) return refuse(R.KubeconfigInvalid, `${notYaml} (no document)`)
@@ -546,11 +550,21 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted | Refusal => {
   const hash = createHash("sha256")
     .update(stableJson({ kubeconfig: canonical, namespaces: namespaces ?? null }))
     .digest("hex")
+  const connectionHash = createHash("sha256")
+    .update(
+      stableJson({
+        cluster: cluster.canonical,
+        namespace: kubeContext.namespace,
+        namespaces: namespaces ?? null,
+      }),
+    )
+    .digest("hex")
 
   return {
     ok: true,
     kubeConfig,
     hash,
+    connectionHash,
     server: cluster.kube.server,
     contextName,
     clusterName,

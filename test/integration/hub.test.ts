@@ -373,7 +373,7 @@ describe("hub with three members", () => {
     await verifiedIn(frozen, "after-thaw", 60_000)
   })
 
-  it("credential rotation rebuilds the engine exactly once; unrelated edits change nothing", async () => {
+  it("credential rotation is swapped into the running engine once, without a rebuild; unrelated edits change nothing", async () => {
     const m = members[0]!
     const eventsOf = async (reason: string) =>
       (
@@ -381,6 +381,7 @@ describe("hub with three members", () => {
           .items as any[]
       ).filter((e) => e.reason === reason && e.regarding.name === m.name).length
     const before = await eventsOf("MemberRebuilt")
+    const rotatedBefore = await eventsOf("CredentialRotated")
     // Unrelated: a label and another data key. Labels follow to the MemberCluster; no rebuild.
     await putSecret(secretFor(m.name, m.kubeconfig, { labels: { env: "prod", region: m.name } }))
     await waitUntil(
@@ -388,12 +389,17 @@ describe("hub with three members", () => {
       20_000,
       async () => (await memberCluster(m.name)).metadata.labels.env === "prod",
     )
-    // Rotation: same server, different user entry (as a new token would be).
+    // Rotation: same server, different user entry (as a new token would be): a credential, not a connection.
     const rotated = m.kubeconfig.replaceAll(`${m.name}-admin`, `${m.name}-rotated`)
     await putSecret(secretFor(m.name, rotated, { labels: { env: "prod", region: m.name } }))
-    await waitUntil("one rebuild event", 20_000, async () => (await eventsOf("MemberRebuilt")) === before + 1)
+    await waitUntil(
+      "one CredentialRotated event",
+      20_000,
+      async () => (await eventsOf("CredentialRotated")) === rotatedBefore + 1,
+    )
     await sleep(2_000)
-    expect(await eventsOf("MemberRebuilt")).toBe(before + 1)
+    expect(await eventsOf("CredentialRotated")).toBe(rotatedBefore + 1)
+    expect(await eventsOf("MemberRebuilt")).toBe(before)
     await createCheck(m, "after-rotation")
     await verifiedIn(m, "after-rotation", 60_000)
   })

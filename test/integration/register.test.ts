@@ -282,7 +282,7 @@ describe("fleetcheck register / unregister", () => {
       (b.subjects ?? []).some((x: any) => x.name === "fleetcheck-hub-identity"),
     )
     expect(bindings.map((b: any) => b.metadata.name)).toEqual(["fleetcheck-member"])
-    // The hub rebuilds its engine from the new token and stays green.
+    // The hub swaps the new token into its running engine and stays green.
     await waitUntil("MemberCluster labels updated and Ready", 30_000, async () => {
       const o = (await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/member")).body
       return o?.metadata?.labels?.env === "prod" && cond(o, "Ready")?.status === "True"

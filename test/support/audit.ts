@@ -130,6 +130,36 @@ export const writesTo = (cluster: LocalCluster, filter: WriteFilter = {}): Audit
   return filterWrites(requestsOf(cluster.name, readAuditLog(cluster.auditLogPath)), filter)
 }
 
+export interface RequestFilter extends Omit<WriteFilter, "verb"> {
+  /** get, list, watch, create, ... */
+  readonly verb?: string | RegExp
+  /** The response code (401: refused credentials). */
+  readonly code?: number
+  /** The request URI (path and query), e.g. to tell a probe's `limit=1` LIST from an informer's. */
+  readonly requestURI?: string | RegExp
+}
+
+/**
+ * Every request (reads too, when the cluster was started with `audit: "reads"`) that reached `cluster`'s
+ * API server so far, filtered.
+ */
+export const requestsTo = (cluster: LocalCluster, filter: RequestFilter = {}): AuditedRequest[] => {
+  if (cluster.auditLogPath === undefined) throw new Error(`${cluster.name} was started without audit`)
+  const since = filter.since === undefined ? -Infinity : toMicros(filter.since)
+  const until = filter.until === undefined ? Infinity : toMicros(filter.until)
+  return requestsOf(cluster.name, readAuditLog(cluster.auditLogPath)).filter(
+    (r) =>
+      matches(r.user, filter.user) &&
+      matches(r.userAgent, filter.userAgent) &&
+      matches(r.resource, filter.resource) &&
+      matches(r.verb, filter.verb) &&
+      matches(r.requestURI, filter.requestURI) &&
+      (filter.code === undefined || r.code === filter.code) &&
+      r.receivedUs >= since &&
+      r.receivedUs < until,
+  )
+}
+
 /** One line: when received, where, who (user and User-Agent), what, and the answer. */
 export const formatRequest = (r: AuditedRequest): string => {
   const target = [

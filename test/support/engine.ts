@@ -27,6 +27,7 @@ export const engineOptions = (
   cluster,
   kubeConfig,
   userAgent: "fleetcheck-test",
+  execTimeoutMs: defaultHubConfig.execPluginTimeoutMs,
   namespaces: undefined,
   workers: defaultHubConfig.workersPerMember,
   globalLimit: undefined,

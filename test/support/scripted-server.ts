@@ -9,7 +9,7 @@ import { createServer as createTlsServer } from "node:https"
 import type { AddressInfo } from "node:net"
 import { KubeConfig } from "@kubernetes/client-node"
 import { Cause, Effect, Exit, Scope } from "effect"
-import { type KubeClient, type KubeClientOptions, makeKubeClient } from "../../src/kube/client.ts"
+import { type KubeClientOptions, makeKubeClient, type RotatingKubeClient } from "../../src/kube/client.ts"
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, url: URL) => void
 
@@ -183,7 +183,7 @@ export const kubeConfigFrom = (yaml: string): KubeConfig => {
 export const withClient = async <A>(
   kubeConfig: string | KubeConfig,
   options: Omit<KubeClientOptions, "cluster" | "kubeConfig">,
-  f: (client: KubeClient) => Promise<A>,
+  f: (client: RotatingKubeClient) => Promise<A>,
 ): Promise<A> => {
   const scope = Effect.runSync(Scope.make())
   try {

@@ -69,6 +69,7 @@ describe("hub configuration", () => {
       "resync-period": "1h",
       "credential-expiry-warning": "48h",
       "allow-exec": "true",
+      "exec-plugin-timeout": "20s",
       "allow-auth-provider": "true",
       "allow-file-paths": "true",
       "allow-insecure-skip-tls-verify": "true",

@@ -1,0 +1,339 @@
+// Credentials that rotate in place, against real API servers. The evidence is the member API server's
+// audit log (reads recorded too), not the hub: LIST requests for BackupChecks and Jobs by the hub (its
+// probe's `limit=1` LIST aside) count relists, 401 answers to the hub count a storm.
+//   - a registration Secret's token rotated ROTATIONS times (default 5; the bench runs 20), each old
+//     token revoked (its ServiceAccount deleted) as soon as the hub uses the new one, while checks keep
+//     being created: 0 relists, 0 401s, every new check reconciled and verified
+//   - an exec plugin (clusters/local-fleet/token-plugin.sh, a TokenRequest token per run) whose
+//     credentials expire every 3 s, EXPIRIES times (default 5): 0 relists, verification continues
+//   - a change of the connection (tls-server-name) still rebuilds: the caches are listed again
+//   - a Cluster API <cluster>-kubeconfig Secret (data key value) selected by --capi-kubeconfig-selector
+//     registers a member that verifies a check; one with a kubeconfig the policy refuses says why
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { formatRequests, requestsTo } from "../support/audit.ts"
+import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
+
+const rotations = Number(process.env.FLEETCHECK_ROTATIONS ?? "5")
+const expiries = Number(process.env.FLEETCHECK_EXPIRIES ?? "5")
+const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
+const plugin = new URL("../../clusters/local-fleet/token-plugin.sh", import.meta.url).pathname
+const saNamespace = "hub-identities"
+const hubAgent = /^fleetcheck-hub\//
+const b64 = (s: string) => Buffer.from(s).toString("base64")
+const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((c: any) => c.type === type)
+
+const check = (name: string, namespace: string) => ({
+  apiVersion: "fleetcheck.io/v1alpha1",
+  kind: "BackupCheck",
+  metadata: { name, namespace },
+  spec: {
+    backup: { name: `${name}-backup` },
+    jobTemplate: {
+      spec: { template: { spec: { containers: [{ name: "restore", image: "restore:1" }] } } },
+    },
+  },
+})
+
+describe("credential rotation without a relist", () => {
+  let fleet: LocalFleet
+  let hubCluster: LocalCluster
+  let m1: LocalCluster
+  let hub: RunningHub
+
+  const secretsPath = `/api/v1/namespaces/${hubNamespace}/secrets`
+  const putSecret = async (name: string, kubeconfig: string, namespaces: string) => {
+    const body = {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: {
+        name,
+        namespace: hubNamespace,
+        labels: { "fleetcheck.io/kubeconfig": "true" },
+        annotations: { "fleetcheck.io/namespaces": namespaces },
+      },
+      data: { kubeconfig: b64(kubeconfig) },
+    }
+    const existing = await hubCluster.api("GET", `${secretsPath}/${name}`)
+    const res =
+      existing.status === 200
+        ? await hubCluster.api("PUT", `${secretsPath}/${name}`, {
+            ...body,
+            metadata: { ...existing.body.metadata, ...body.metadata },
+          })
+        : await hubCluster.api("POST", secretsPath, body)
+    expect(res.status, JSON.stringify(res.body)).toBeLessThan(300)
+  }
+  const memberCluster = async (name: string) =>
+    (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters/${name}`)).body
+  const waitReady = (name: string) =>
+    waitUntil(
+      `${name} Ready`,
+      60_000,
+      async () => cond(await memberCluster(name), "Ready")?.reason === "CachesSynced",
+    )
+  const eventsOf = async (name: string, reason: string) =>
+    (
+      (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`)).body
+        .items as any[]
+    ).filter((e) => e.reason === reason && e.regarding.name === name).length
+  const bcPath = (namespace: string, name?: string) =>
+    `/apis/fleetcheck.io/v1alpha1/namespaces/${namespace}/backupchecks${name ? `/${name}` : ""}`
+  const createCheck = async (namespace: string, name: string) => {
+    const r = await m1.api("POST", bcPath(namespace), check(name, namespace))
+    expect(r.status, JSON.stringify(r.body)).toBe(201)
+  }
+  const checksIn = async (namespace: string) => (await m1.api("GET", bcPath(namespace))).body.items as any[]
+  /** Every check in `namespace` carries the hub's finalizer (its add event reached the hub) and is verified. */
+  const allReconciledAndVerified = (namespace: string, timeoutMs: number) =>
+    waitUntil(`every check in ${namespace} reconciled and verified`, timeoutMs, async () => {
+      const items = await checksIn(namespace)
+      return (
+        items.length > 0 &&
+        items.every(
+          (o) =>
+            (o.metadata.finalizers ?? []).includes("fleetcheck.io/cleanup") &&
+            cond(o, "Verified")?.status === "True",
+        )
+      )
+    })
+  /** The hub's informer LISTs of BackupChecks and Jobs in `namespace` (not its probe's limit=1 LIST). */
+  const relists = (namespace: string, since: number) =>
+    requestsTo(m1, { userAgent: hubAgent, verb: "list", since }).filter(
+      (r) =>
+        (r.resource === "backupchecks" || r.resource === "jobs") &&
+        r.requestURI.includes(`/namespaces/${namespace}/`) &&
+        !/[?&]limit=1(&|$)/.test(r.requestURI),
+    )
+  const tokenFor = async (sa: string) => {
+    const r = await m1.api("POST", `/api/v1/namespaces/${saNamespace}/serviceaccounts/${sa}/token`, {
+      apiVersion: "authentication.k8s.io/v1",
+      kind: "TokenRequest",
+      spec: { expirationSeconds: 3600 },
+    })
+    expect(r.status, JSON.stringify(r.body)).toBe(201)
+    return r.body.status.token as string
+  }
+  const createServiceAccount = async (sa: string) =>
+    expect(
+      (
+        await m1.api("POST", `/api/v1/namespaces/${saNamespace}/serviceaccounts`, {
+          metadata: { name: sa, namespace: saNamespace },
+        })
+      ).status,
+    ).toBe(201)
+  const withToken = (token: string) => m1.kubeconfig.replace(m1.adminToken, token)
+
+  /** Creates a check every `everyMs` until stopped: the steady stream of changes the hub must not miss. */
+  const stream = (namespace: string, prefix: string, everyMs: number) => {
+    let stopped = false
+    let n = 0
+    const done = (async () => {
+      while (!stopped) {
+        await createCheck(namespace, `${prefix}-${n++}`)
+        await sleep(everyMs)
+      }
+    })()
+    return {
+      stop: async () => {
+        stopped = true
+        await done
+        return n
+      },
+    }
+  }
+
+  beforeAll(async () => {
+    fleet = await startFleet({
+      clusters: [
+        { name: "hub", workloads: false, controllerManager: false },
+        { name: "m1", audit: "reads" },
+      ],
+    })
+    hubCluster = fleet.cluster("hub")
+    m1 = fleet.cluster("m1")
+    expect(
+      (
+        await hubCluster.kubectl([
+          "apply",
+          "--server-side",
+          "-f",
+          `${crdDir}/fleetcheck.io_memberclusters.yaml`,
+        ])
+      ).code,
+    ).toBe(0)
+    expect(
+      (await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: hubNamespace } })).status,
+    ).toBe(201)
+    expect(
+      (await m1.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`])).code,
+    ).toBe(0)
+    for (const ns of [saNamespace, "rotated", "exec"])
+      expect((await m1.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
+    // Every ServiceAccount of saNamespace is a hub identity (one per rotation, so the audit log tells
+    // which token a request carried).
+    expect(
+      (
+        await m1.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+          metadata: { name: "hub-identities" },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+          subjects: [
+            {
+              kind: "Group",
+              apiGroup: "rbac.authorization.k8s.io",
+              name: `system:serviceaccounts:${saNamespace}`,
+            },
+          ],
+        })
+      ).status,
+    ).toBe(201)
+    hub = await startHub(hubCluster, {
+      allowExec: true,
+      capiKubeconfigSelector: "cluster.x-k8s.io/cluster-name",
+    })
+  }, 180_000)
+
+  afterAll(async () => {
+    await hub?.stop()
+    await fleet?.stop()
+  })
+
+  it(`${rotations} token rotations, each old token revoked at once: 0 relists, 0 401s, no change missed`, async () => {
+    await createServiceAccount("hub-0")
+    await putSecret("rotated", withToken(await tokenFor("hub-0")), "rotated")
+    await waitReady("rotated")
+    await createCheck("rotated", "before")
+    await allReconciledAndVerified("rotated", 60_000)
+    const t0 = Date.now()
+    const changes = stream("rotated", "during", 300)
+    for (let i = 1; i <= rotations; i++) {
+      await createServiceAccount(`hub-${i}`)
+      const since = Date.now()
+      await putSecret("rotated", withToken(await tokenFor(`hub-${i}`)), "rotated")
+      await waitUntil(
+        `the hub uses hub-${i}'s token`,
+        20_000,
+        () =>
+          requestsTo(m1, {
+            user: `system:serviceaccount:${saNamespace}:hub-${i}`,
+            userAgent: hubAgent,
+            since,
+          }).length > 0,
+      )
+      // Revoked right after: the previous token stops working.
+      expect(
+        (await m1.api("DELETE", `/api/v1/namespaces/${saNamespace}/serviceaccounts/hub-${i - 1}`)).status,
+      ).toBe(200)
+      await sleep(500)
+    }
+    const created = await changes.stop()
+    await allReconciledAndVerified("rotated", 90_000)
+    expect((await checksIn("rotated")).length).toBe(created + 1)
+    const listed = relists("rotated", t0)
+    expect(listed, formatRequests(listed)).toEqual([])
+    const refused = requestsTo(m1, { userAgent: hubAgent, code: 401, since: t0 })
+    expect(refused, formatRequests(refused)).toEqual([])
+    expect(await eventsOf("rotated", "CredentialRotated")).toBe(rotations)
+    expect(await eventsOf("rotated", "MemberRebuilt")).toBe(0)
+    process.stdout.write(
+      `rotation: ${rotations} rotations, ${created} checks created meanwhile, relists ${listed.length}, 401s ${refused.length}\n`,
+    )
+  }, 300_000)
+
+  it("a change of the connection (tls-server-name) still rebuilds, and the caches are listed again", async () => {
+    const before = await eventsOf("rotated", "MemberRebuilt")
+    const t0 = Date.now()
+    const token = await tokenFor(`hub-${rotations}`)
+    const renamed = withToken(token).replace(/( {4}server: .*)/, "$1\n    tls-server-name: localhost")
+    expect(renamed).toContain("tls-server-name: localhost")
+    await putSecret("rotated", renamed, "rotated")
+    await waitUntil(
+      "MemberRebuilt",
+      30_000,
+      async () => (await eventsOf("rotated", "MemberRebuilt")) === before + 1,
+    )
+    await waitUntil("the rebuilt engine listed its caches", 30_000, () => relists("rotated", t0).length >= 2)
+    await createCheck("rotated", "after-rebuild")
+    await allReconciledAndVerified("rotated", 60_000)
+  }, 120_000)
+
+  it(`${expiries} exec credential expiries (TokenRequest plugin): 0 relists, verification continues`, async () => {
+    await createServiceAccount("exec-hub")
+    const kubectl = `${fleet.binDir}/kubectl`
+    const user = [
+      "    exec:",
+      "      apiVersion: client.authentication.k8s.io/v1",
+      `      command: ${plugin}`,
+      "      env:",
+      `      - { name: FLEETCHECK_PLUGIN_KUBECTL, value: ${kubectl} }`,
+      `      - { name: FLEETCHECK_PLUGIN_KUBECONFIG, value: ${m1.kubeconfigPath} }`,
+      `      - { name: FLEETCHECK_PLUGIN_NAMESPACE, value: ${saNamespace} }`,
+      "      - { name: FLEETCHECK_PLUGIN_SERVICEACCOUNT, value: exec-hub }",
+      '      - { name: FLEETCHECK_PLUGIN_EXPIRES, value: "3" }',
+    ].join("\n")
+    const kubeconfig = m1.kubeconfig.replace(/ {4}token: .*/, user)
+    expect(kubeconfig).toContain("FLEETCHECK_PLUGIN_EXPIRES")
+    await putSecret("exec", kubeconfig, "exec")
+    await waitReady("exec")
+    await createCheck("exec", "before")
+    await allReconciledAndVerified("exec", 60_000)
+    const t0 = Date.now()
+    const minted = () =>
+      requestsTo(m1, { resource: "serviceaccounts", verb: "create", since: t0 }).filter(
+        (r) => r.subresource === "token" && r.requestURI.includes("/serviceaccounts/exec-hub/"),
+      ).length
+    const changes = stream("exec", "during", 300)
+    await waitUntil(
+      `${expiries} tokens minted by the plugin`,
+      30_000 + expiries * 6_000,
+      () => minted() >= expiries,
+    )
+    const created = await changes.stop()
+    await allReconciledAndVerified("exec", 90_000)
+    expect((await checksIn("exec")).length).toBe(created + 1)
+    const listed = relists("exec", t0)
+    expect(listed, formatRequests(listed)).toEqual([])
+    expect(await eventsOf("exec", "MemberRebuilt")).toBe(0)
+    const refused = requestsTo(m1, { userAgent: hubAgent, code: 401, since: t0 })
+    expect(refused, formatRequests(refused)).toEqual([])
+    process.stdout.write(
+      `exec: ${minted()} tokens minted, ${created} checks created meanwhile, relists ${listed.length}, 401s ${refused.length}\n`,
+    )
+  }, 300_000)
+
+  it("a Cluster API kubeconfig Secret registers a member; the same policy refuses a hostile one", async () => {
+    const capiSecret = (cluster: string, kubeconfig: string, namespaces: string) => ({
+      apiVersion: "v1",
+      kind: "Secret",
+      type: "cluster.x-k8s.io/secret",
+      metadata: {
+        name: `${cluster}-kubeconfig`,
+        namespace: hubNamespace,
+        labels: { "cluster.x-k8s.io/cluster-name": cluster },
+        annotations: { "fleetcheck.io/namespaces": namespaces },
+      },
+      data: { value: b64(kubeconfig) },
+    })
+    expect((await m1.api("POST", "/api/v1/namespaces", { metadata: { name: "capi" } })).status).toBe(201)
+    const ok = await hubCluster.api("POST", secretsPath, capiSecret("capi-a", m1.kubeconfig, "capi"))
+    expect(ok.status, JSON.stringify(ok.body)).toBe(201)
+    await waitReady("capi-a-kubeconfig")
+    expect((await memberCluster("capi-a-kubeconfig")).status.source).toEqual({
+      kind: "ClusterAPISecret",
+      name: "capi-a-kubeconfig",
+    })
+    await createCheck("capi", "nightly")
+    await allReconciledAndVerified("capi", 60_000)
+    // Plain http is never accepted, whichever source carries the kubeconfig.
+    const insecure = m1.kubeconfig.replace(/server: https:/, "server: http:")
+    const bad = await hubCluster.api("POST", secretsPath, capiSecret("capi-b", insecure, "capi-b"))
+    expect(bad.status, JSON.stringify(bad.body)).toBe(201)
+    const refused = await waitUntil("capi-b refused", 30_000, async () => {
+      const c = cond(await memberCluster("capi-b-kubeconfig"), "CredentialsValid")
+      return c?.status === "False" ? c : undefined
+    })
+    expect(refused.reason).toBe("InsecureSkipTLSVerifyRefused")
+    expect(await eventsOf("capi-b-kubeconfig", "InsecureSkipTLSVerifyRefused")).toBe(1)
+  }, 120_000)
+})
