@@ -316,8 +316,6 @@ interface Generation {
   readonly expiry: Date | undefined
   /** When an exec credential is due for a refresh (ms since the epoch). */
   readonly refreshAt: number | undefined
-  inflight: number
-  retired: boolean
 }
 
 interface Resolved {
@@ -340,6 +338,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   const execTimeoutMs = options.execTimeoutMs ?? requestTimeoutMs
   const userAgent = options.userAgent ?? "fleetcheck"
   const clientScope = yield* Effect.scope
+  // Plugin runs start from request callbacks: they run with the caller's context (its logger).
+  const runFork = Effect.runForkWith(yield* Effect.context<never>())
   const connection = kubeConfig.getCurrentCluster()
   const server = connection?.server
   // Our Agent talks to the server directly; a proxy-url would silently be bypassed, so refuse it.
@@ -438,8 +438,6 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     certKey: certKeyOf(base.cert, base.key),
     expiry: undefined,
     refreshAt: undefined,
-    inflight: 0,
-    retired: false,
   }
   /** The user's own TLS material and headers (impersonation), under an exec plugin's credential. */
   let userBase = { cert: base.cert, key: base.key, headers: initialAuth?.headers ?? {} }
@@ -451,37 +449,37 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   let rejectedStreak = 0
   let nextRejectedRefreshAt = 0
   let refreshing: Deferred.Deferred<Generation, KubeTransportError> | undefined
+  /** Bumped by setCredential: a plugin run started for an older source installs nothing. */
+  let sourceEpoch = 0
 
-  const retireIfIdle = (g: Generation) => {
-    if (g.retired && g.inflight === 0 && g.agent !== current.agent) {
-      g.agent.destroy()
-      agents.delete(g.agent)
+  /** Requests and watches in flight per Agent (generations with one certificate share their Agent). */
+  const inflight = new Map<http.Agent, number>()
+  const closeIfIdle = (agent: http.Agent) => {
+    if (agent !== current.agent && (inflight.get(agent) ?? 0) === 0 && agents.has(agent)) {
+      agent.destroy()
+      agents.delete(agent)
+      inflight.delete(agent)
     }
   }
   const hold = (g: Generation) => {
-    g.inflight++
+    inflight.set(g.agent, (inflight.get(g.agent) ?? 0) + 1)
     let released = false
     return () => {
       if (released) return
       released = true
-      g.inflight--
-      retireIfIdle(g)
+      inflight.set(g.agent, (inflight.get(g.agent) ?? 1) - 1)
+      closeIfIdle(g.agent)
     }
   }
-  const install = (
-    next: Omit<Generation, "id" | "inflight" | "retired" | "agent" | "certKey">,
-    cert: unknown,
-    key: unknown,
-  ) => {
+  const install = (next: Omit<Generation, "id" | "agent" | "certKey">, cert: unknown, key: unknown) => {
     const previous = current
     const certKey = certKeyOf(cert, key)
     const agent =
       certKey === previous.certKey
         ? previous.agent
         : newAgent(cert as https.RequestOptions["cert"], key as https.RequestOptions["key"])
-    current = { ...next, id: ++generations, agent, certKey, inflight: 0, retired: false }
-    previous.retired = true
-    retireIfIdle(previous)
+    current = { ...next, id: ++generations, agent, certKey }
+    closeIfIdle(previous.agent)
     refreshes++
     return current
   }
@@ -523,6 +521,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     if (refreshing) return refreshing
     const d = Deferred.makeUnsafe<Generation, KubeTransportError>()
     refreshing = d
+    const epoch = sourceEpoch
     const clusterInfo = provideClusterInfo
       ? {
           server: server ?? "",
@@ -534,14 +533,18 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     const run = runExecPlugin({ plugin, timeoutMs: execTimeoutMs, cluster: clusterInfo }).pipe(
       Effect.matchEffect({
         onSuccess: (r) =>
-          Effect.sync(() => {
+          Effect.suspend(() => {
+            if (epoch !== sourceEpoch)
+              return Effect.fail(transportError("GET", "", "the credential changed meanwhile", "Credentials"))
             execFailure = undefined
             execFailures = 0
             nextExecAt = 0
-            return installExec(r, Date.now())
+            return Effect.succeed(installExec(r, Date.now()))
           }),
         onFailure: (e) =>
           Effect.gen(function* () {
+            if (epoch !== sourceEpoch)
+              return yield* transportError("GET", "", "the credential changed meanwhile", "Credentials")
             execFailure = e.message
             execFailures++
             nextExecAt = Date.now() + backoffMs(execFailures)
@@ -553,12 +556,12 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       }),
       Effect.onExit((exit) =>
         Effect.sync(() => {
-          if (source.kind === "exec" && refreshing === d) refreshing = undefined
+          if (refreshing === d) refreshing = undefined
           Deferred.doneUnsafe(d, exit)
         }),
       ),
     )
-    Effect.runFork(Effect.forkIn(run, clientScope))
+    runFork(Effect.forkIn(run, clientScope))
     return d
   }
 
@@ -668,6 +671,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
           "Timeout",
         )
       source = next
+      sourceEpoch++
+      refreshing = undefined
       execFailure = undefined
       execFailures = 0
       nextExecAt = 0
