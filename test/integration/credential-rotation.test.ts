@@ -245,8 +245,8 @@ describe("credential rotation without a relist", () => {
     const before = await eventsOf("rotated", "MemberRebuilt")
     const t0 = Date.now()
     const token = await tokenFor(`hub-${rotations}`)
-    const renamed = withToken(token).replace(/( {4}server: .*)/, "$1\n    tls-server-name: localhost")
-    expect(renamed).toContain("tls-server-name: localhost")
+    const renamed = withToken(token).replace(/( {4}server: .*)/, "$1\n    tls-server-name: kubernetes")
+    expect(renamed).toContain("tls-server-name: kubernetes")
     await putSecret("rotated", renamed, "rotated")
     await waitUntil(
       "MemberRebuilt",

@@ -68,6 +68,7 @@ describe("hub configuration", () => {
       "running-poll": "15s",
       "resync-period": "1h",
       "credential-expiry-warning": "48h",
+      "capi-kubeconfig-selector": "cluster.x-k8s.io/cluster-name",
       "allow-exec": "true",
       "exec-plugin-timeout": "20s",
       "allow-auth-provider": "true",
@@ -94,6 +95,16 @@ describe("hub configuration", () => {
     assert.deepStrictEqual(byFlag.httpAddress, { host: "::1", port: 9090 })
     const both = parseHubFlags(["--workers-per-member", "9"], { FLEETCHECK_WORKERS_PER_MEMBER: "2" })
     assert.strictEqual(both.workersPerMember, 9)
+  })
+
+  it("label selectors: empty, existence, equality and set requirements; anything else refused", () => {
+    const selector = (v: string) =>
+      resolveHubConfig({ "capi-kubeconfig-selector": v }, {}).capiKubeconfigSelector
+    assert.strictEqual(defaultHubConfig.capiKubeconfigSelector, "")
+    for (const ok of ["cluster.x-k8s.io/cluster-name", "env=prod,team in (a,b)", "!legacy", "tier!=db"])
+      assert.strictEqual(selector(ok), ok)
+    for (const bad of ["env=prod)", "a b", "=x", "team in a,b"])
+      throwsConfigError(() => selector(bad), /--capi-kubeconfig-selector/)
   })
 
   it("http addresses: host:port, :port and bracketed IPv6", () => {

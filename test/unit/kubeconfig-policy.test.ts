@@ -246,6 +246,55 @@ describe("checkKubeconfig: hash", () => {
     hashes.add(accepted(run(kubeconfig(), { annotations: { [namespacesAnnotation]: "shop" } })).hash)
     assert.strictEqual(hashes.size, variants.length + 2)
   })
+
+  it("keeps the connection hash when only the credential changes, and changes it with the connection", () => {
+    const base = accepted(run(kubeconfig()))
+    const credentials = [
+      kubeconfig({ users: [user("hub", { token: "SENTINEL-rotated" })] }),
+      kubeconfig({
+        users: [userOnly("hub", { "client-certificate-data": certData, "client-key-data": keyData })],
+      }),
+      kubeconfig({ users: [user("other-user")], contexts: [context("member", "member", "other-user")] }),
+      kubeconfig({ users: [user("hub", { as: "someone" })] }),
+    ]
+    for (const doc of credentials) {
+      const c = accepted(run(doc))
+      assert.notStrictEqual(c.hash, base.hash)
+      assert.strictEqual(c.connectionHash, base.connectionHash)
+    }
+    const connections = [
+      kubeconfig({ clusters: [cluster("member", { server: "https://member-2.example:6443" })] }),
+      kubeconfig({ clusters: [cluster("member", { "tls-server-name": "kubernetes" })] }),
+      kubeconfig({
+        contexts: [{ name: "member", context: { cluster: "member", user: "hub", namespace: "x" } }],
+      }),
+    ]
+    const hashes = new Set([base.connectionHash, ...connections.map((v) => accepted(run(v)).connectionHash)])
+    hashes.add(
+      accepted(run(kubeconfig(), { annotations: { [namespacesAnnotation]: "shop" } })).connectionHash,
+    )
+    assert.strictEqual(hashes.size, connections.length + 2)
+  })
+
+  it("reads a Cluster API Secret's kubeconfig from the data key it is given", () => {
+    const capi = checkKubeconfig({
+      secretName: "member-1-kubeconfig",
+      data: { value: b64(stringify(kubeconfig())) },
+      policy: defaultPolicy,
+      now,
+      dataKey: "value",
+    })
+    assert.strictEqual(accepted(capi).connectionHash, accepted(run(kubeconfig())).connectionHash)
+    const missing = checkKubeconfig({
+      secretName: "member-1-kubeconfig",
+      data: { kubeconfig: b64(stringify(kubeconfig())) },
+      policy: defaultPolicy,
+      now,
+      dataKey: "value",
+    })
+    assert.isFalse(missing.ok)
+    if (!missing.ok) assert.include(missing.message, 'data key "value"')
+  })
 })
 
 describe("checkKubeconfig: missing or malformed data", () => {
