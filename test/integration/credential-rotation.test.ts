@@ -98,13 +98,17 @@ describe("credential rotation without a relist", () => {
         )
       )
     })
-  /** The hub's informer LISTs of BackupChecks and Jobs in `namespace` (not its probe's limit=1 LIST). */
+  /**
+   * The hub's informer LISTs of BackupChecks and Jobs in `namespace`: not its probe's `limit=1` LIST, nor
+   * the reconciler's read of one Job by name (`fieldSelector=metadata.name=...`).
+   */
   const relists = (namespace: string, since: number) =>
     requestsTo(m1, { userAgent: hubAgent, verb: "list", since }).filter(
       (r) =>
         (r.resource === "backupchecks" || r.resource === "jobs") &&
         r.requestURI.includes(`/namespaces/${namespace}/`) &&
-        !/[?&]limit=1(&|$)/.test(r.requestURI),
+        !/[?&]limit=1(&|$)/.test(r.requestURI) &&
+        !/[?&]fieldSelector=metadata\.name/.test(r.requestURI),
     )
   const tokenFor = async (sa: string) => {
     const r = await m1.api("POST", `/api/v1/namespaces/${saNamespace}/serviceaccounts/${sa}/token`, {
