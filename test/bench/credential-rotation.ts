@@ -34,8 +34,9 @@ const result = spawnSync(
     maxBuffer: 64 * 1024 * 1024,
   },
 )
-const lines = `${result.stdout}\n${result.stderr}`.split("\n")
+// Without vitest's colours.
+const lines = `${result.stdout}\n${result.stderr}`.replace(/\x1b\[[0-9;]*m/g, "").split("\n")
 for (const l of lines) if (/^(rotation|exec): /.test(l.trim())) process.stdout.write(`${l.trim()}\n`)
-const summary = lines.filter((l) => /Tests +\d/.test(l)).join("\n")
+const summary = lines.filter((l) => /^\s*Tests +\d/.test(l)).join("\n")
 process.stdout.write(`${summary}\n`)
 process.exit(result.status ?? 1)
