@@ -37,8 +37,8 @@ const int = (min: number, max: number) =>
 const bool = z.enum(["true", "false"], "true or false").transform((v) => v === "true")
 
 /** A label selector as kubectl takes it: key, !key, key=value, key!=value, key in (a,b), comma-separated. */
-const labelKey = String.raw`([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`
-const labelValue = String.raw`([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?`
+const labelKey = `([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`
+const labelValue = `([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?`
 const requirement = String.raw`\s*(!?${labelKey}|${labelKey}\s*(==?|!=)\s*${labelValue}|${labelKey}\s+(in|notin)\s*\(\s*${labelValue}(\s*,\s*${labelValue})*\s*\))\s*`
 const labelSelector = z
   .string()
