@@ -11,6 +11,7 @@ import {
   shortestIntervalMs,
   timeZonePattern,
 } from "./syntax.ts"
+import { countNamePattern, maxCounts } from "./termination-message.ts"
 
 // BackupCheck (fleetcheck.io/v1alpha1, namespaced, in member clusters). These schemas are the one
 // source of truth: the hub validates with them and src/api/crd.ts generates the CRD from them.
@@ -44,6 +45,12 @@ export const conditionReasons = {
   RunSuperseded: "RunSuperseded",
   /** The run's deterministic Job name is taken by a Job this check does not control. */
   NameConflict: "NameConflict",
+  /** The restore succeeded and spec.validation's Job proved the restored data. */
+  ValidationSucceeded: "ValidationSucceeded",
+  /** The restore succeeded, but the validation Job failed: the data is not what it should be. */
+  ValidationFailed: "ValidationFailed",
+  /** The validation Job did not finish within what was left of spec.timeout. */
+  ValidationTimedOut: "ValidationTimedOut",
 } as const
 export type ConditionReason = (typeof conditionReasons)[keyof typeof conditionReasons]
 
@@ -60,6 +67,9 @@ export type ConcurrencyPolicy = (typeof concurrencyPolicies)[number]
 export const runResults = ["Running", "Succeeded", "Failed"] as const
 export type RunResult = (typeof runResults)[number]
 
+/** The most runs status.history may keep (spec.historyLimit's maximum). */
+export const maxHistoryLimit = 100
+
 export const checksumPattern = /^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[0-9a-f]{32})$/
 
 // ---------------------------------------------------------------------------------------------------
@@ -68,20 +78,40 @@ export const checksumPattern = /^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[
 /**
  * Why a timeout longer than the schedule's shortest interval is refused (ADR 0004): every run could
  * still be active at its next slot, so with Forbid most slots would be skipped and with Replace every
- * run could be superseded before it ends. Hub-side only: CEL cannot read a cron schedule.
+ * run could be superseded before it ends. The same holds for a start window (ADR 0009): a slot starts
+ * anywhere in [slot, slot + window), so the window must be shorter than the interval, and the window
+ * plus the timeout must fit in it. Hub-side only: CEL cannot read a cron schedule.
  */
-const timeoutOverlap = (spec: {
+const scheduleOverlap = (spec: {
   readonly schedule?: string | undefined
   readonly timeZone?: string | undefined
   readonly timeout: string
-}): string | undefined => {
+  readonly startWindow?: string | undefined
+}): { readonly path: string; readonly message: string } | undefined => {
   if (spec.schedule === undefined) return undefined
   const timeout = parseDuration(spec.timeout)
+  const window = spec.startWindow === undefined ? 0 : parseDuration(spec.startWindow)
   const compiled = parseSchedule(spec.schedule, spec.timeZone)
-  if (typeof timeout !== "number" || !compiled.success) return undefined // reported on their own fields
+  if (typeof timeout !== "number" || typeof window !== "number" || !compiled.success) return undefined // reported on their own fields
   const interval = shortestIntervalMs(compiled.cron)
-  if (timeout <= interval) return undefined
-  return `timeout ${spec.timeout} is longer than the shortest interval of schedule "${spec.schedule}" (${formatDuration(interval)}): a run could still be active at its next slot; set timeout to at most ${formatDuration(interval)} or schedule less often`
+  const every = `the shortest interval of schedule "${spec.schedule}" (${formatDuration(interval)})`
+  if (window >= interval) {
+    return {
+      path: "startWindow",
+      message: `startWindow ${spec.startWindow} is not shorter than ${every}: a slot's start could pass the next slot; set startWindow below ${formatDuration(interval)}`,
+    }
+  }
+  if (timeout + window <= interval) return undefined
+  if (window === 0) {
+    return {
+      path: "timeout",
+      message: `timeout ${spec.timeout} is longer than ${every}: a run could still be active at its next slot; set timeout to at most ${formatDuration(interval)} or schedule less often`,
+    }
+  }
+  return {
+    path: "startWindow",
+    message: `startWindow ${spec.startWindow} plus timeout ${spec.timeout} is longer than ${every}: a run started late in its window could still be active when the next slot starts; make them add up to at most ${formatDuration(interval)}`,
+  }
 }
 
 // A Go duration whose value (when the pattern matched) satisfies `ok`; the CEL rule says the same to
@@ -90,7 +120,12 @@ const duration = (ok: (ms: number) => boolean, bound: string, rule: string) =>
   z
     .string()
     .max(64)
-    .regex(durationPattern, { error: "must be a Go duration like 30m, 1h30m or 45s" })
+    .regex(durationPattern, {
+      error: (issue) =>
+        typeof issue.input === "string" && issue.input.startsWith("-")
+          ? "must not be negative"
+          : "must be a Go duration like 30m, 1h30m or 45s",
+    })
     .superRefine((s, ctx) => {
       if (!durationPattern.test(s)) return
       const ms = parseDuration(s)
@@ -168,10 +203,21 @@ export const JobTemplateSchema = z
     "The restore Job, shaped like a CronJob's jobTemplate. spec.ttlSecondsAfterFinished is dropped: the hub deletes finished Jobs by the history limits, after their result is recorded.",
   )
 
+export const ValidationSchema = z
+  .strictObject({
+    jobTemplate: JobTemplateSchema.describe(
+      "The validation Job, shaped like jobTemplate. It runs after a successful restore, in the same namespace, with the contract env plus the restore's outputs: FLEETCHECK_RESTORE_JOB, FLEETCHECK_RESTORE_MESSAGE, FLEETCHECK_RESTORE_DATA_TIMESTAMP, FLEETCHECK_RESTORE_COUNTS (JSON). Exit 0 means the data is valid.",
+    ),
+  })
+  .describe(
+    "Validation as its own phase: proves the restored data, not just a clean exit. Its verdict is ValidationSucceeded, ValidationFailed or ValidationTimedOut; spec.timeout bounds restore and validation together.",
+  )
+
 export const BackupCheckSpecSchema = z
   .strictObject({
     backup: BackupRefSchema,
     jobTemplate: JobTemplateSchema,
+    validation: ValidationSchema.optional(),
     schedule: z
       .string()
       .max(128)
@@ -198,10 +244,17 @@ export const BackupCheckSpecSchema = z
       .describe("IANA time zone of schedule, e.g. Europe/Berlin; UTC when unset. Requires schedule."),
     timeout: duration((ms) => ms >= 1000, "at least 1s", "duration(self) >= duration('1s')")
       .default("1h")
-      .describe("How long one restore may run (Go duration); becomes the Job's activeDeadlineSeconds."),
+      .describe(
+        "How long one run may take (Go duration): the restore Job's activeDeadlineSeconds, and with spec.validation the restore and the validation together.",
+      ),
     maxStaleness: duration((ms) => ms > 0, "greater than 0", "duration(self) > duration('0s')")
       .optional()
       .describe("Verified turns False (VerificationStale) when the last success is older than this."),
+    startWindow: duration((ms) => ms >= 0, "at least 0s", "duration(self) >= duration('0s')")
+      .optional()
+      .describe(
+        "Staggered starts (Go duration, e.g. 2h): each scheduled slot starts at a deterministic offset in [0, startWindow) derived from the check's uid and the slot, so checks sharing a schedule do not all restore at once; status.nextRunTime is the actual start. Requires schedule; must be shorter than the schedule's interval, and with timeout fit in it.",
+      ),
     suspend: z.boolean().default(false).describe("Suspends new runs; a running restore is not stopped."),
     concurrencyPolicy: z
       .enum(concurrencyPolicies)
@@ -216,6 +269,15 @@ export const BackupCheckSpecSchema = z
       .meta({ format: "int32" })
       .default(3)
       .describe("How many finished successful restore Jobs to keep."),
+    historyLimit: z
+      .int()
+      .min(0)
+      .max(maxHistoryLimit)
+      .meta({ format: "int32" })
+      .default(31)
+      .describe(
+        "How many finished runs status.history keeps, newest first (default 31: a month of daily runs). Every string in a run is bounded, so 100 runs stay far below the API server's object size limit.",
+      ),
     failedRunsHistoryLimit: z
       .int()
       .min(0)
@@ -228,8 +290,12 @@ export const BackupCheckSpecSchema = z
     if (spec.timeZone !== undefined && spec.schedule === undefined) {
       ctx.addIssue({ code: "custom", path: ["timeZone"], message: "timeZone requires schedule" })
     }
-    const overlap = timeoutOverlap(spec)
-    if (overlap !== undefined) ctx.addIssue({ code: "custom", path: ["timeout"], message: overlap })
+    if (spec.startWindow !== undefined && spec.schedule === undefined) {
+      ctx.addIssue({ code: "custom", path: ["startWindow"], message: "startWindow requires schedule" })
+    }
+    const overlap = scheduleOverlap(spec)
+    if (overlap !== undefined)
+      ctx.addIssue({ code: "custom", path: [overlap.path], message: overlap.message })
   })
   .meta({
     "x-kubernetes-validations": [
@@ -237,6 +303,12 @@ export const BackupCheckSpecSchema = z
         rule: "!has(self.timeZone) || has(self.schedule)",
         message: "timeZone requires schedule",
         fieldPath: ".timeZone",
+        reason: "FieldValueForbidden",
+      },
+      {
+        rule: "!has(self.startWindow) || has(self.schedule)",
+        message: "startWindow requires schedule",
+        fieldPath: ".startWindow",
         reason: "FieldValueForbidden",
       },
     ],
@@ -250,13 +322,56 @@ export type BackupCheckSpecInput = z.input<typeof BackupCheckSpecSchema>
 // ---------------------------------------------------------------------------------------------------
 // Status
 
+/** The phases of a run, in order: the restore, then (with spec.validation) the validation of its data. */
+export const phaseNames = ["restore", "validation"] as const
+export type PhaseName = (typeof phaseNames)[number]
+
+/** Longest phase message kept in status (the termination message's bound, ADR 0004). */
+export const maxPhaseMessageLength = 1024
+
+export const PhaseSchema = z
+  .object({
+    name: z.enum(phaseNames).describe("restore or validation."),
+    result: z.enum(runResults).describe("Running, Succeeded or Failed."),
+    reason: z
+      .string()
+      .max(64)
+      .regex(/^[A-Za-z][A-Za-z0-9]*$/)
+      .optional()
+      .describe("Why the phase ended as it did, e.g. RestoreSucceeded, ValidationFailed."),
+    startTime: TimestampSchema.optional().describe("When the phase's Job was created."),
+    completionTime: TimestampSchema.optional().describe("When the phase finished."),
+    message: z
+      .string()
+      .max(maxPhaseMessageLength)
+      .optional()
+      .describe("The phase's message (its termination message, bounded to 1 KiB)."),
+    dataTimestamp: TimestampSchema.optional().describe(
+      "The newest record in the restored data, as the phase's structured termination message reported it.",
+    ),
+    counts: z
+      .record(z.string().max(63).regex(countNamePattern), z.int().min(0).meta({ format: "int64" }))
+      .refine((counts) => Object.keys(counts).length <= maxCounts, { error: `at most ${maxCounts} counts` })
+      .meta({ maxProperties: maxCounts })
+      .optional()
+      .describe("Counts the phase reported (name → integer), e.g. rows per table."),
+  })
+  .describe("One phase of a run and its verdict.")
+export type Phase = z.output<typeof PhaseSchema>
+
 export const LastRunSchema = z
   .object({
     jobName: z.string().min(1).max(63).describe("Name of the restore Job."),
     runID: z.string().min(1).max(63).describe("The run's ID: g<generation> or s<scheduled UTC time>."),
+    backupName: z.string().min(1).max(253).optional().describe("The backup the run restored."),
     startTime: TimestampSchema.describe("When the hub started the run."),
     completionTime: TimestampSchema.optional().describe("When the run finished."),
     result: z.enum(runResults).describe("Running, Succeeded or Failed."),
+    phases: z
+      .array(PhaseSchema)
+      .max(phaseNames.length)
+      .optional()
+      .describe("Each phase's verdict: restore, then validation when the spec has one."),
     traceID: z
       .string()
       .regex(/^[0-9a-f]{32}$/)
@@ -284,6 +399,13 @@ export const BackupCheckStatusSchema = z
       .describe("The generation the hub last reconciled."),
     conditions: ConditionsSchema.optional(),
     lastRun: LastRunSchema.optional(),
+    history: z
+      .array(LastRunSchema.describe("A finished run, as lastRun recorded it."))
+      .max(maxHistoryLimit)
+      .optional()
+      .describe(
+        "Finished runs, newest first, at most spec.historyLimit: every verdict, including superseded runs and runs whose Job vanished.",
+      ),
     lastSuccessfulTime: TimestampSchema.optional().describe(
       "When the last successful verification finished.",
     ),

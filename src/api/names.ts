@@ -40,6 +40,8 @@ export const namespacesAnnotation = "fleetcheck.io/namespaces"
 /** Labels on restore Jobs: the check they verify and the run they belong to. */
 export const labelBackupCheck = "fleetcheck.io/backupcheck"
 export const labelRun = "fleetcheck.io/run"
+/** On validation Jobs only: `validation` (a Job without it is its run's restore Job). */
+export const labelPhase = "fleetcheck.io/phase"
 /** The run's W3C traceparent, recorded on its Job. */
 export const annotationTraceparent = "fleetcheck.io/traceparent"
 

@@ -20,7 +20,7 @@
 // Status is written once per step that must be durable, as a merge patch of exactly what changed (null
 // removes a field), carrying the resourceVersion it was computed from: a converged reconcile sends
 // nothing, and a decision made from a stale cache fails with Conflict instead of landing.
-import type { V1Job, V1Pod } from "@kubernetes/client-node"
+import type { V1EnvVar, V1Job, V1Pod } from "@kubernetes/client-node"
 import { Clock, Effect, Schema } from "effect"
 import {
   type BackupCheck,
@@ -30,6 +30,8 @@ import {
   conditionTypes,
   eventReasons,
   type LastRun,
+  maxPhaseMessageLength,
+  type Phase,
   parseBackupCheck,
 } from "../api/backupcheck.ts"
 import { type Condition, findCondition, setStatusCondition, toKubeTime } from "../api/condition.ts"
@@ -40,10 +42,17 @@ import type { StoreView } from "../engine/informer/store.ts"
 import { isAlreadyExists, isConflict, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
 import { backupChecks, events, jobs, pathOf, pods } from "../kube/resources.ts"
 import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"
+import { boundHistory, withRun } from "./history.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
 import { mergePatchOf } from "./merge-patch.ts"
 import { annotationSpecHash, renderRestoreJob } from "./restore-job.ts"
-import { jobNameFor, runIDForGeneration, specHashFor, traceparentFor } from "./run-identity.ts"
+import {
+  jobNameFor,
+  runIDForGeneration,
+  specHashFor,
+  traceparentFor,
+  validationJobNameFor,
+} from "./run-identity.ts"
 import { createdAt, jobPhase, jobsToPrune, newerRuns, runIDOf } from "./runs.ts"
 import { dueRun } from "./schedule.ts"
 
@@ -122,6 +131,30 @@ const ownerOf = (job: V1Job) => {
     : "not controlled by any object"
 }
 
+/** What a successful restore hands its validation Job, in the Job's env. */
+const restoreOutputs = (run: LastRun, restore: Verdict): V1EnvVar[] => [
+  { name: "FLEETCHECK_RESTORE_JOB", value: run.jobName },
+  { name: "FLEETCHECK_RESTORE_MESSAGE", value: restore.message },
+  { name: "FLEETCHECK_RESTORE_COMPLETION_TIME", value: restore.completionTime ?? "" },
+  { name: "FLEETCHECK_RESTORE_DATA_TIMESTAMP", value: restore.dataTimestamp ?? "" },
+  { name: "FLEETCHECK_RESTORE_COUNTS", value: JSON.stringify(restore.counts ?? {}) },
+]
+
+/** The backup a Job restores, from the contract env the hub gave its first container. */
+const backupNameOf = (job: V1Job): string | undefined => {
+  const value = job.spec?.template?.spec?.containers?.[0]?.env?.find(
+    (e) => e.name === "FLEETCHECK_BACKUP_NAME",
+  )?.value
+  return value !== undefined && value.length > 0 && value.length <= 253 ? value : undefined
+}
+
+/** spec.startWindow in ms (0 without one; the parse already refused a bad one). */
+const startWindowMs = (window: string | undefined): number => {
+  if (window === undefined) return 0
+  const ms = parseDuration(window)
+  return typeof ms === "number" ? ms : 0
+}
+
 /** events.k8s.io wants MicroTime: exactly six fractional digits. */
 const microTime = (ms: number) => new Date(ms).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z")
 
@@ -131,7 +164,42 @@ interface Verdict {
   readonly reason: string
   readonly message: string
   readonly completionTime: string | undefined
+  /** From the Job's structured termination message. */
+  readonly dataTimestamp?: string | undefined
+  readonly counts?: Readonly<Record<string, number>> | undefined
+  /** The run's phases when it had more than its restore (a validation); else the restore's alone. */
+  readonly phases?: ReadonlyArray<Phase> | undefined
 }
+
+/** A phase record of a decided (or running) phase; messages are bounded for status. */
+const phaseRecord = (
+  name: Phase["name"],
+  startTime: string,
+  verdict: Verdict | undefined,
+  completionTime?: string,
+): Phase => ({
+  name,
+  result: verdict?.phase ?? "Running",
+  ...(verdict ? { reason: verdict.reason } : {}),
+  startTime,
+  ...(completionTime !== undefined ? { completionTime } : {}),
+  ...(verdict ? { message: boundMessage(verdict.message, maxPhaseMessageLength) } : {}),
+  ...(verdict?.dataTimestamp !== undefined ? { dataTimestamp: verdict.dataTimestamp } : {}),
+  ...(verdict?.counts !== undefined ? { counts: { ...verdict.counts } } : {}),
+})
+
+/** A recorded phase read back as the verdict it was (the restore of a run whose validation runs). */
+const verdictOfPhase = (phase: Phase): Verdict | undefined =>
+  phase.result === "Running"
+    ? undefined
+    : {
+        phase: phase.result,
+        reason: phase.reason ?? "",
+        message: phase.message ?? "",
+        completionTime: phase.completionTime,
+        ...(phase.dataTimestamp !== undefined ? { dataTimestamp: phase.dataTimestamp } : {}),
+        ...(phase.counts !== undefined ? { counts: phase.counts } : {}),
+      }
 
 export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions) => {
   const { client, cluster, runningPollMs } = options
@@ -210,13 +278,21 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       .pipe(Effect.map((l) => l.items?.[0]))
 
   /** The verdict of a finished Job, from its conditions and its Pods' termination state. */
-  const readVerdict = (ns: string, job: V1Job, run: LastRun, backupName: string) =>
+  const readVerdict = (
+    ns: string,
+    job: V1Job,
+    run: LastRun,
+    backupName: string,
+    phase: Phase["name"] = "restore",
+  ) =>
     Effect.map(listPods(ns, job), (jobPods): Verdict => {
-      const outcome = jobOutcome(job, jobPods, { backupName, startedAt: run.startTime })
+      const startedAt = phase === "validation" ? toKubeTime(createdAt(job)) : run.startTime
+      const outcome = jobOutcome(job, jobPods, { backupName, startedAt, phase })
       return outcome.phase === "Running"
         ? {
             phase: "Failed",
-            reason: conditionReasons.RestoreFailed,
+            reason:
+              phase === "validation" ? conditionReasons.ValidationFailed : conditionReasons.RestoreFailed,
             message: "no result",
             completionTime: undefined,
           }
@@ -340,6 +416,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         return yield* new TerminalError({ message: `invalid spec: spec.timeout: ${timeoutMs.error}` })
       }
       const timeoutSeconds = Math.max(1, Math.ceil(timeoutMs / 1000))
+      const runTimeoutMs: number = timeoutMs
       // The cached status is the record and the base of every write; an invalid one (dropped by the
       // parse with a warning) is replaced.
       const recorded: BackupCheckStatus = parsed.data.status === undefined ? {} : (check.status ?? {})
@@ -370,10 +447,22 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           })
         }
       }
-      /** The run's result goes to lastRun; Verified follows it when the run verified the current spec. */
+      /**
+       * The run's result goes to lastRun, with its restore phase, and to the front of history; Verified
+       * follows it when the run verified the current spec.
+       */
       const recordVerdict = (run: LastRun, verdict: Verdict) => {
         const completionTime = verdict.completionTime ?? toKubeTime(now)
-        setLastRun({ ...run, result: verdict.phase, completionTime })
+        const finished: LastRun = {
+          ...run,
+          result: verdict.phase,
+          completionTime,
+          phases: verdict.phases
+            ? [...verdict.phases]
+            : [phaseRecord("restore", run.startTime, verdict, completionTime)],
+        }
+        setLastRun(finished)
+        next = { ...next, history: withRun(next.history, finished, spec.historyLimit) }
         if (verdict.phase === "Succeeded") next = { ...next, lastSuccessfulTime: completionTime }
         if (hashOf(run) === specHash) {
           next = withVerified(next, {
@@ -384,18 +473,25 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         }
         decided.push({ run, verdict })
       }
-      const runningRecord = (job: V1Job, runID: string): LastRun => ({
-        jobName: job.metadata?.name ?? jobNameFor(check.metadata.name, runID),
-        runID,
-        startTime: job.metadata?.creationTimestamp ? toKubeTime(createdAt(job)) : toKubeTime(now),
-        result: "Running",
-        traceID: traceparentFor(uid, runID).traceID,
-        ...(job.metadata?.annotations?.[annotationSpecHash]
-          ? { specHash: job.metadata.annotations[annotationSpecHash] }
-          : {}),
-      })
+      const runningRecord = (job: V1Job, runID: string): LastRun => {
+        const startTime = job.metadata?.creationTimestamp ? toKubeTime(createdAt(job)) : toKubeTime(now)
+        const backupName = backupNameOf(job)
+        return {
+          jobName: job.metadata?.name ?? jobNameFor(check.metadata.name, runID),
+          runID,
+          ...(backupName !== undefined ? { backupName } : {}),
+          startTime,
+          result: "Running",
+          phases: [{ name: "restore", result: "Running", startTime }],
+          traceID: traceparentFor(uid, runID).traceID,
+          ...(job.metadata?.annotations?.[annotationSpecHash]
+            ? { specHash: job.metadata.annotations[annotationSpecHash] }
+            : {}),
+        }
+      }
       /** observedGeneration on the status and on Verified: the generation this status describes. */
-      const finalize = (status: BackupCheckStatus): BackupCheckStatus => {
+      const finalize = (withHistory: BackupCheckStatus): BackupCheckStatus => {
+        const status = boundHistory(withHistory, spec.historyLimit)
         const verified = findVerified(status)
         return verified
           ? withVerified(status, {
@@ -458,8 +554,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         yield* linkRun(current.runID)
         const job = owned.find((j) => j.metadata?.name === current.jobName)
         if (job !== undefined) {
-          if (jobPhase(job) !== "Active")
-            recordVerdict(current, yield* readVerdict(ns, job, current, spec.backup.name))
+          if (jobPhase(job) !== "Active" && (yield* settle(current, job)) === "waitForCache")
+            return { requeueAfterMs: 1000 }
         } else {
           // Not in the cache: the Job informer may be behind the BackupCheck informer. Ask the API.
           const live = yield* liveJob(ns, current.jobName)
@@ -482,7 +578,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         yield* linkRun(runID)
         const run = runningRecord(job, runID)
         if (jobPhase(job) === "Active") setLastRun(run)
-        else recordVerdict(run, yield* readVerdict(ns, job, run, spec.backup.name))
+        else if ((yield* settle(run, job)) === "waitForCache") return { requeueAfterMs: 1000 }
       }
 
       // 2. Decide the next run.
@@ -520,6 +616,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         creationTime: Date.parse(check.metadata.creationTimestamp ?? "") || now,
         lastRun: last,
         concurrencyPolicy: spec.concurrencyPolicy,
+        startWindowMs: startWindowMs(spec.startWindow),
+        checkKey: uid,
         now,
       })
       if (due.nextRunTime !== undefined) next = { ...next, nextRunTime: toKubeTime(due.nextRunTime) }
@@ -562,10 +660,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             })
           }
           const superseded = next.lastRun
-          if (
-            superseded?.result === "Running" &&
-            blocking.some((j) => j.metadata?.name === superseded.jobName)
-          ) {
+          if (superseded?.result === "Running" && blocking.some((j) => runIDOf(j) === superseded.runID)) {
             recordVerdict(superseded, {
               phase: "Failed",
               reason: conditionReasons.RunSuperseded,
@@ -594,18 +689,16 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
               : yield* createJob(jobName, target.runID, traceparent)
         }
         const run = runningRecord(job, target.runID)
-        if (jobPhase(job) !== "Active") recordVerdict(run, yield* readVerdict(ns, job, run, spec.backup.name))
-        else {
-          setLastRun(run)
-          if (!keepVerdict) {
-            // A new spec is not verified by an older run; a scheduled re-run of the same spec keeps the
-            // last verdict meanwhile (ADR 0004).
-            next = withVerified(next, {
-              status: "Unknown",
-              reason: conditionReasons.RestoreRunning,
-              message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
-            })
-          }
+        if (jobPhase(job) === "Active") setLastRun(run)
+        else if ((yield* settle(run, job)) === "waitForCache") return { requeueAfterMs: 1000 }
+        if (next.lastRun?.result === "Running" && !keepVerdict) {
+          // A new spec is not verified by an older run; a scheduled re-run of the same spec keeps the
+          // last verdict meanwhile (ADR 0004).
+          next = withVerified(next, {
+            status: "Unknown",
+            reason: conditionReasons.RestoreRunning,
+            message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
+          })
         }
         yield* write(applyStaleness(next).status)
         return requeueAt(now, now + runningPollMs - 500, due.nextRunTime)
@@ -682,17 +775,105 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         })
       }
 
+      /**
+       * A run whose restore Job finished: records its verdict, or (a successful restore, and the run's
+       * spec has a validation or its validation Job exists) moves on to the validation phase: creates
+       * the validation Job, keeps the run Running while it runs, and records both phases when it ends.
+       * "waitForCache" when the validation Job exists in the API but not yet in the cache.
+       */
+      function settle(run: LastRun, restoreJob: V1Job) {
+        return Effect.gen(function* () {
+          const backupName = run.backupName ?? spec.backup.name
+          const recordedRestore = run.phases?.find((p) => p.name === "restore")
+          const recordedValidation = run.phases?.find((p) => p.name === "validation")
+          // While the validation runs, the restore's verdict is the one recorded: no Pod LIST per poll.
+          const restore =
+            (recordedValidation !== undefined && recordedRestore !== undefined
+              ? verdictOfPhase(recordedRestore)
+              : undefined) ?? (yield* readVerdict(ns, restoreJob, run, backupName))
+          const restoreEnd = restore.completionTime ?? toKubeTime(now)
+          const restorePhase = phaseRecord("restore", run.startTime, restore, restoreEnd)
+          const vName = validationJobNameFor(check.metadata.name, run.runID)
+          let vJob = owned.find((j) => j.metadata?.name === vName && controlledBy(j, uid))
+          if (restore.phase === "Failed") {
+            recordVerdict(run, restore)
+            return "settled" as const
+          }
+          if (vJob === undefined && recordedValidation !== undefined) {
+            const live = yield* liveJob(ns, vName)
+            if (live !== undefined && controlledBy(live, uid)) return "waitForCache" as const
+            recordVerdict(run, {
+              phase: "Failed",
+              reason: conditionReasons.RestoreJobMissing,
+              message: boundMessage(
+                `validation Job ${vName} of run ${run.runID} disappeared before its result was read; it is not re-created`,
+              ),
+              completionTime: undefined,
+              phases: [
+                restorePhase,
+                { ...recordedValidation, result: "Failed", reason: conditionReasons.RestoreJobMissing },
+              ],
+            })
+            return "settled" as const
+          }
+          if (vJob === undefined) {
+            if (spec.validation === undefined || hashOf(run) !== specHash) {
+              recordVerdict(run, restore)
+              return "settled" as const
+            }
+            // The validation has what is left of spec.timeout: the run as a whole keeps its bound.
+            const left = runTimeoutMs - (Date.parse(restoreEnd) - Date.parse(run.startTime))
+            const conflict = options.jobs.get(`${ns}/${vName}`)
+            vJob =
+              conflict !== undefined && !controlledBy(conflict, uid)
+                ? yield* nameConflict(conflict)
+                : yield* createJob(vName, run.runID, traceparentFor(uid, run.runID).traceparent, {
+                    timeoutSeconds: Math.max(
+                      1,
+                      Math.ceil((Number.isFinite(left) ? left : runTimeoutMs) / 1000),
+                    ),
+                    env: restoreOutputs(run, restore),
+                  })
+          }
+          const vStart = vJob.metadata?.creationTimestamp ? toKubeTime(createdAt(vJob)) : toKubeTime(now)
+          if (jobPhase(vJob) === "Active") {
+            setLastRun({
+              ...run,
+              result: "Running",
+              phases: [restorePhase, phaseRecord("validation", vStart, undefined)],
+            })
+            return "settled" as const
+          }
+          const validation = yield* readVerdict(ns, vJob, run, backupName, "validation")
+          const vEnd = validation.completionTime ?? toKubeTime(now)
+          recordVerdict(run, {
+            ...validation,
+            completionTime: vEnd,
+            phases: [restorePhase, phaseRecord("validation", vStart, validation, vEnd)],
+          })
+          return "settled" as const
+        })
+      }
+
       /** POSTs the run's Job. AlreadyExists of our own Job is success; of a foreign one, NameConflict. */
-      function createJob(jobName: string, runID: string, traceparent: string) {
+      function createJob(
+        jobName: string,
+        runID: string,
+        traceparent: string,
+        validation?: { readonly timeoutSeconds: number; readonly env: ReadonlyArray<V1EnvVar> },
+      ) {
         return Effect.gen(function* () {
           const rendered = renderRestoreJob({
             cluster,
             check: valid,
             jobName,
             runID,
-            timeoutSeconds,
+            timeoutSeconds: validation?.timeoutSeconds ?? timeoutSeconds,
             traceparent,
             specHash,
+            ...(validation && spec.validation
+              ? { validation: { jobTemplate: spec.validation.jobTemplate, env: validation.env } }
+              : {}),
           })
           const created = yield* client
             .request<V1Job>({ method: "POST", path: pathOf(jobs, { namespace: ns }), body: rendered })
@@ -714,7 +895,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             })
           }
           if (created.job !== undefined) {
-            yield* Effect.logInfo("created restore Job").pipe(
+            yield* Effect.logInfo(validation ? "created validation Job" : "created restore Job").pipe(
               Effect.annotateLogs({ job: jobName, run: runID }),
             )
             return created.job

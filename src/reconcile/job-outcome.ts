@@ -1,6 +1,7 @@
 // Reads what a finished restore Job says: success or failure, a stable reason, and a bounded message
 // taken from the restore container's termination message. Pure, so every mapping is unit-tested.
 import type { V1Job, V1Pod } from "@kubernetes/client-node"
+import { parseTerminationMessage } from "../api/termination-message.ts"
 
 /** Exit code a restore tool uses to say "restored, but the checksum did not match" (README, ADR 0004). */
 export const checksumMismatchExitCode = 3
@@ -15,6 +16,10 @@ export type JobOutcome =
       readonly reason: string
       readonly message: string
       readonly completionTime: string | undefined
+      /** From a structured termination message: the newest record in the restored data. */
+      readonly dataTimestamp?: string | undefined
+      /** From a structured termination message: counts the tool reported. */
+      readonly counts?: Readonly<Record<string, number>> | undefined
     }
 
 export const boundMessage = (message: string, maxBytes = maxMessageBytes): string => {
@@ -74,13 +79,38 @@ const waitingImageProblem = (pods: ReadonlyArray<V1Pod>) => {
 export interface OutcomeContext {
   readonly backupName: string
   readonly startedAt: string | undefined
+  /**
+   * Which phase the Job ran (default restore). A validation Job's verdict is ValidationSucceeded,
+   * ValidationTimedOut (deadline) or ValidationFailed (any other failure, exit code 3 included).
+   */
+  readonly phase?: "restore" | "validation" | undefined
+}
+
+const validationReasons: Readonly<Record<string, string>> = {
+  RestoreSucceeded: "ValidationSucceeded",
+  RestoreTimedOut: "ValidationTimedOut",
 }
 
 export const jobOutcome = (job: V1Job, pods: ReadonlyArray<V1Pod>, ctx: OutcomeContext): JobOutcome => {
+  const outcome = restoreOutcome(job, pods, ctx)
+  if (ctx.phase !== "validation" || outcome.phase === "Running") return outcome
+  return { ...outcome, reason: validationReasons[outcome.reason] ?? "ValidationFailed" }
+}
+
+const restoreOutcome = (job: V1Job, pods: ReadonlyArray<V1Pod>, ctx: OutcomeContext): JobOutcome => {
+  const noun = ctx.phase === "validation" ? "validation" : "restore"
   const complete = jobCondition(job, "Complete") ?? jobCondition(job, "SuccessCriteriaMet")
   const failed = jobCondition(job, "Failed") ?? jobCondition(job, "FailureTarget")
   if (!complete && !failed) return { phase: "Running" }
-  const term = lastTermination(pods)
+  const lastTerm = lastTermination(pods)
+  // A structured termination message (JSON: message, dataTimestamp, counts) gives its message here and
+  // its facts to the run; any other text is the message as it is.
+  const report = parseTerminationMessage(lastTerm?.message)
+  const term = lastTerm && { ...lastTerm, message: report.message }
+  const facts = {
+    ...(report.dataTimestamp !== undefined ? { dataTimestamp: report.dataTimestamp } : {}),
+    ...(report.counts !== undefined ? { counts: report.counts } : {}),
+  }
   const completionTime =
     job.status?.completionTime?.toString() ??
     (complete ?? failed)?.lastTransitionTime?.toString() ??
@@ -93,12 +123,17 @@ export const jobOutcome = (job: V1Job, pods: ReadonlyArray<V1Pod>, ctx: OutcomeC
             Math.round((new Date(completionTime).getTime() - new Date(ctx.startedAt).getTime()) / 1000),
           )
         : undefined
-    const fallback = `${ctx.backupName} restored and verified${seconds === undefined ? "" : ` in ${seconds}s`}`
+    const took = seconds === undefined ? "" : ` in ${seconds}s`
+    const fallback =
+      noun === "validation"
+        ? `${ctx.backupName} validated${took}`
+        : `${ctx.backupName} restored and verified${took}`
     return {
       phase: "Succeeded",
       reason: "RestoreSucceeded",
       message: boundMessage(term?.message || fallback),
       completionTime,
+      ...facts,
     }
   }
   const jobReason = failed?.reason ?? ""
@@ -110,32 +145,36 @@ export const jobOutcome = (job: V1Job, pods: ReadonlyArray<V1Pod>, ctx: OutcomeC
       phase: "Failed",
       reason: "RestoreTimedOut",
       message: boundMessage(
-        `restore of ${ctx.backupName} did not finish within the timeout${image ? ` (${image})` : ""}${detail ? `: ${detail}` : ""}`,
+        `${noun} of ${ctx.backupName} did not finish within the timeout${image ? ` (${image})` : ""}${detail ? `: ${detail}` : ""}`,
       ),
       completionTime,
+      ...facts,
     }
   }
   if (term?.reason === "OOMKilled") {
     return {
       phase: "Failed",
       reason: "RestoreOOMKilled",
-      message: withDetail(`restore of ${ctx.backupName} ran out of memory (OOMKilled)`),
+      message: withDetail(`${noun} of ${ctx.backupName} ran out of memory (OOMKilled)`),
       completionTime,
+      ...facts,
     }
   }
-  if (term?.exitCode === checksumMismatchExitCode) {
+  if (term?.exitCode === checksumMismatchExitCode && noun === "restore") {
     return {
       phase: "Failed",
       reason: "ChecksumMismatch",
       message: boundMessage(detail || `${ctx.backupName} restored but its checksum did not match`),
       completionTime,
+      ...facts,
     }
   }
   const exit = term ? ` (exit code ${term.exitCode})` : ""
   return {
     phase: "Failed",
     reason: "RestoreFailed",
-    message: withDetail(`restore of ${ctx.backupName} failed${exit}`),
+    message: withDetail(`${noun} of ${ctx.backupName} failed${exit}`),
     completionTime,
+    ...facts,
   }
 }

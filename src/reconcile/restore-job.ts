@@ -1,11 +1,11 @@
-// Builds the restore Job for one run of a BackupCheck: a pure function of the check, the run and the
+// Builds the restore Job (or, with spec.validation, the validation Job) for one run of a BackupCheck: a pure function of the check, the run and the
 // cluster, so every hub (and every retry) renders the same Job under the same deterministic name.
 // The hub alone decides when a Job goes (history limits, after its result is recorded; ADR 0004), so
 // the template's ttlSecondsAfterFinished is dropped: a Job the TTL controller deleted before the hub
 // read it would be a lost verdict.
 import type { V1Container, V1EnvVar, V1Job, V1JobSpec } from "@kubernetes/client-node"
 import type { BackupCheck, BackupCheckSpecInput } from "../api/backupcheck.ts"
-import { annotationTraceparent, labelBackupCheck, labelRun } from "../api/names.ts"
+import { annotationTraceparent, labelBackupCheck, labelPhase, labelRun } from "../api/names.ts"
 import { labelValueFor } from "./run-identity.ts"
 
 /** On every restore Job: specHashFor(spec) of the spec it was rendered from, the spec its verdict is about. */
@@ -24,6 +24,13 @@ export interface RestoreJobInput {
   readonly traceparent: string
   /** specHashFor(check.spec) */
   readonly specHash: string
+  /**
+   * Renders the run's validation Job instead: spec.validation's template, labelled
+   * fleetcheck.io/phase=validation, with the restore's outputs added to the contract env.
+   */
+  readonly validation?:
+    | { readonly jobTemplate: BackupCheckSpecInput["jobTemplate"]; readonly env: ReadonlyArray<V1EnvVar> }
+    | undefined
 }
 
 const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1Container => {
@@ -38,7 +45,7 @@ const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1C
 
 export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
   const { check, cluster, jobName, runID } = input
-  const template = check.spec.jobTemplate
+  const template = input.validation?.jobTemplate ?? check.spec.jobTemplate
   const { ttlSecondsAfterFinished: _lifetimeIsTheHubs, ...jobSpec }: V1JobSpec = structuredClone(
     template.spec,
   )
@@ -51,8 +58,13 @@ export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
     { name: "FLEETCHECK_CLUSTER", value: cluster },
     { name: "FLEETCHECK_RUN_ID", value: runID },
     { name: "TRACEPARENT", value: input.traceparent },
+    ...(input.validation?.env ?? []),
   ]
-  const labels = { [labelBackupCheck]: labelValueFor(check.metadata.name), [labelRun]: labelValueFor(runID) }
+  const labels = {
+    [labelBackupCheck]: labelValueFor(check.metadata.name),
+    [labelRun]: labelValueFor(runID),
+    ...(input.validation ? { [labelPhase]: "validation" } : {}),
+  }
   return {
     apiVersion: "batch/v1",
     kind: "Job",

@@ -60,6 +60,10 @@ export const jobNameFor = (checkName: string, runID: string): string => {
   return prefix === "" ? tail : `${prefix}-${tail}`
 }
 
+/** The validation Job's name for a run: the restore Job's scheme, for the run id + "-validate". */
+export const validationJobNameFor = (checkName: string, runID: string): string =>
+  jobNameFor(checkName, `${runID}-validate`)
+
 /**
  * Label values are at most 63 characters; longer check names are shortened with a stable hash. The
  * Job's controller ownerReference (by uid) stays the exact link back to its check.
@@ -85,8 +89,8 @@ const canonicalJSON = (value: unknown): string => {
 }
 
 /**
- * The restore spec a run verifies: spec.backup, spec.jobTemplate and spec.timeout (16 hex digits of
- * sha256 over their canonical JSON). Scheduling fields (schedule, timeZone, suspend, maxStaleness,
+ * The restore spec a run verifies: spec.backup, spec.jobTemplate, spec.timeout and spec.validation
+ * (16 hex digits of sha256 over their canonical JSON; an absent validation hashes as before it existed). Scheduling fields (schedule, timeZone, suspend, maxStaleness,
  * history limits, concurrencyPolicy) are left out: editing them does not change what a verdict says.
  * Takes the parsed spec, so a default the API server filled in and the same default left implicit
  * hash alike.
@@ -95,9 +99,17 @@ export const specHashFor = (spec: {
   readonly backup: unknown
   readonly jobTemplate: unknown
   readonly timeout: string
+  readonly validation?: unknown
 }): string =>
   createHash("sha256")
-    .update(canonicalJSON({ backup: spec.backup, jobTemplate: spec.jobTemplate, timeout: spec.timeout }))
+    .update(
+      canonicalJSON({
+        backup: spec.backup,
+        jobTemplate: spec.jobTemplate,
+        timeout: spec.timeout,
+        validation: spec.validation,
+      }),
+    )
     .digest("hex")
     .slice(0, 16)
 

@@ -7,7 +7,7 @@
 // the hub records runs in creation order, so an older run was decided before lastRun began.
 import type { V1Job } from "@kubernetes/client-node"
 import type { LastRun } from "../api/backupcheck.ts"
-import { labelRun } from "../api/names.ts"
+import { labelPhase, labelRun } from "../api/names.ts"
 
 export type JobPhase = "Active" | "Succeeded" | "Failed"
 
@@ -24,6 +24,9 @@ export const jobPhase = (job: V1Job): JobPhase =>
 
 /** The run a Job belongs to (its fleetcheck.io/run label; run ids are short, so never hashed). */
 export const runIDOf = (job: V1Job): string | undefined => job.metadata?.labels?.[labelRun]
+
+/** A run's validation Job (labelled fleetcheck.io/phase=validation); every other owned Job is a restore Job. */
+export const isValidationJob = (job: V1Job): boolean => job.metadata?.labels?.[labelPhase] === "validation"
 
 /** creationTimestamp in ms (1 s resolution; 0 when absent). */
 export const createdAt = (job: V1Job): number =>
@@ -49,7 +52,11 @@ export const isRecorded = (lastRun: LastRun | undefined, job: V1Job): boolean =>
 export const newerRuns = (lastRun: LastRun | undefined, jobs: ReadonlyArray<V1Job>): V1Job[] =>
   jobs
     .filter(
-      (job) => runIDOf(job) !== undefined && runIDOf(job) !== lastRun?.runID && !isRecorded(lastRun, job),
+      (job) =>
+        !isValidationJob(job) &&
+        runIDOf(job) !== undefined &&
+        runIDOf(job) !== lastRun?.runID &&
+        !isRecorded(lastRun, job),
     )
     .sort(oldestFirst)
 
@@ -63,7 +70,9 @@ export interface HistoryLimits {
  * whose result `recordedLastRun` already holds. Callers pass lastRun as the cache shows it, not as the
  * reconcile is about to write it: with a limit of 0 a Job is deleted only once its verdict is visible
  * in the cached BackupCheck, so a reconcile reading a stale check never finds a Running run without
- * its Job. Active Jobs are never touched; lastRun's Job counts as the newest of its kind.
+ * its Job. Active Jobs are never touched; lastRun's Job counts as the newest of its kind. The limits
+ * count runs by their restore Jobs; a validation Job goes with its run's restore Job (or once that is
+ * gone, as soon as the validation is recorded and finished).
  */
 export const jobsToPrune = (
   recordedLastRun: LastRun | undefined,
@@ -72,7 +81,8 @@ export const jobsToPrune = (
 ): V1Job[] => {
   const current = (job: V1Job) =>
     recordedLastRun !== undefined && runIDOf(job) === recordedLastRun.runID ? 1 : 0
-  const newestFirst = [...jobs].sort((a, b) => current(b) - current(a) || oldestFirst(b, a))
+  const restores = jobs.filter((job) => !isValidationJob(job))
+  const newestFirst = [...restores].sort((a, b) => current(b) - current(a) || oldestFirst(b, a))
   const keep = { Succeeded: limits.successfulRunsHistoryLimit, Failed: limits.failedRunsHistoryLimit }
   const seen = { Succeeded: 0, Failed: 0 }
   const prune: V1Job[] = []
@@ -81,6 +91,13 @@ export const jobsToPrune = (
     if (phase === "Active" || job.metadata?.deletionTimestamp || !isRecorded(recordedLastRun, job)) continue
     seen[phase]++
     if (seen[phase] > keep[phase]) prune.push(job)
+  }
+  const pruned = new Set(prune.map(runIDOf))
+  const withRestore = new Set(restores.filter((j) => !j.metadata?.deletionTimestamp).map(runIDOf))
+  for (const job of jobs) {
+    if (!isValidationJob(job) || jobPhase(job) === "Active" || job.metadata?.deletionTimestamp) continue
+    if (!isRecorded(recordedLastRun, job)) continue
+    if (pruned.has(runIDOf(job)) || !withRestore.has(runIDOf(job))) prune.push(job)
   }
   return prune
 }

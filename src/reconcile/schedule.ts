@@ -1,6 +1,7 @@
 // Which scheduled verification run is due, and when the next one is. Everything here is a function of
 // its arguments (no clock, no I/O), so two hubs looking at the same object at the same time agree on
 // the run. The schedule grammar is src/api/syntax.ts; run ids and Job names are run-identity.ts.
+import { createHash } from "node:crypto"
 import type { Cron } from "croner"
 import type { ConcurrencyPolicy } from "../api/backupcheck.ts"
 import { parseSchedule } from "../api/syntax.ts"
@@ -14,6 +15,8 @@ interface Slot {
   /** Latest scheduled time <= the time asked about, and the first after it (ms; NaN = none). */
   readonly prev: number
   readonly next: number
+  /** The scheduled time before prev, looked up once when a start window asks for it. */
+  before?: number
 }
 const slots = new WeakMap<Cron, Slot>()
 
@@ -28,6 +31,31 @@ const slotAround = (cron: Cron, at: number): Slot => {
   const fresh = { prev, next }
   slots.set(cron, fresh)
   return fresh
+}
+
+/** The scheduled time before `slot` (whose window has not opened yet), memoized on the slot. */
+const slotBefore = (cron: Cron, slot: Slot): number => {
+  if (slot.before === undefined) {
+    slot.before = Number.isNaN(slot.prev)
+      ? Number.NaN
+      : (cron.previousRuns(1, new Date(slot.prev))[0]?.getTime() ?? Number.NaN)
+  }
+  return slot.before
+}
+
+/**
+ * Where in its start window a scheduled slot starts (spec.startWindow): a whole number of seconds in
+ * [0, window), from sha256 over the check's key (its uid) and the slot's time. Deterministic, so every
+ * hub and every restart agree on the start; spread evenly over the window, so a fleet whose checks
+ * share a schedule does not restore all at once; different from slot to slot, so no check is always
+ * the last. A window under a second has no offset.
+ */
+export const startOffsetMs = (checkKey: string, scheduledTime: number, windowMs: number): number => {
+  const seconds = Math.floor(windowMs / 1000)
+  if (seconds <= 0) return 0
+  const digest = createHash("sha256").update(`${checkKey}\u0000${scheduledTime}`).digest()
+  // 48 bits scaled to the window: uniform to within 2^-48 for any window a schedule allows.
+  return Math.floor((digest.readUIntBE(0, 6) / 2 ** 48) * seconds) * 1000
 }
 
 /** One verification run. Its runID names the Job and labels it (fleetcheck.io/run). */
@@ -58,13 +86,17 @@ export interface DueRunInput {
     | undefined
   /** spec.concurrencyPolicy; default Forbid. */
   readonly concurrencyPolicy?: ConcurrencyPolicy | undefined
+  /** spec.startWindow in ms: each slot starts at startOffsetMs(checkKey, slot, window) after it. */
+  readonly startWindowMs?: number | undefined
+  /** What the start offset derives from (the check's uid); required with a start window. */
+  readonly checkKey?: string | undefined
   readonly now: Instant
 }
 
 export interface DueRunResult {
   /** The run that should exist now, or undefined when none is due. */
   readonly run: DueRun | undefined
-  /** The first scheduled time after now (epoch ms); undefined without a schedule. */
+  /** The first scheduled start after now (epoch ms; slot plus offset); undefined without a schedule. */
   readonly nextRunTime: number | undefined
   /** Set (and nothing due) when schedule or timeZone is invalid; parseBackupCheck rejects those first. */
   readonly error?: string | undefined
@@ -90,6 +122,11 @@ const toMs = (t: Instant | string): number =>
  * last run that started before T was still running at T: Running now, or completed after T. The
  * skipped time never runs late; the next one does. With Replace, T is due and the caller supersedes
  * the run still active.
+ *
+ * With a start window, slot T starts at T + startOffsetMs(checkKey, T, window) and is due only from
+ * then on: until its start, the slot before T is the latest one (the window is shorter than the
+ * schedule's interval, so that one has started). Coverage still compares with T itself; whether the
+ * last run was still active is asked at T's start.
  */
 export const dueRun = (input: DueRunInput): DueRunResult => {
   if (input.schedule === undefined) {
@@ -97,16 +134,28 @@ export const dueRun = (input: DueRunInput): DueRunResult => {
   }
   const compiled = parseSchedule(input.schedule, input.timeZone)
   if (!compiled.success) return { run: undefined, nextRunTime: undefined, error: compiled.error }
-  const { prev, next } = slotAround(compiled.cron, toMs(input.now))
-  const nextRunTime = Number.isNaN(next) ? undefined : next
+  const now = toMs(input.now)
+  const window = input.startWindowMs ?? 0
+  const key = input.checkKey ?? ""
+  const offset = (slot: number) => (window > 0 ? startOffsetMs(key, slot, window) : 0)
+  const around = slotAround(compiled.cron, now)
+  let prev = around.prev
+  let nextStart = Number.isNaN(around.next) ? Number.NaN : around.next + offset(around.next)
+  if (window > 0 && !Number.isNaN(prev) && prev + offset(prev) > now) {
+    // prev's window has not reached its start: prev is the next start, the slot before it is due.
+    nextStart = prev + offset(prev)
+    prev = slotBefore(compiled.cron, around)
+  }
+  const nextRunTime = Number.isNaN(nextStart) ? undefined : nextStart
   if (Number.isNaN(prev) || prev <= toMs(input.creationTime)) return { run: undefined, nextRunTime }
   const runID = runIDForTime(prev)
   const last = input.lastRun
   if (last !== undefined && last.runID !== runID) {
     if (toMs(last.startTime) >= prev) return { run: undefined, nextRunTime }
-    const activeAtSlot =
-      last.result === "Running" || (last.completionTime !== undefined && toMs(last.completionTime) > prev)
-    if ((input.concurrencyPolicy ?? "Forbid") === "Forbid" && activeAtSlot) {
+    const start = prev + offset(prev)
+    const activeAtStart =
+      last.result === "Running" || (last.completionTime !== undefined && toMs(last.completionTime) > start)
+    if ((input.concurrencyPolicy ?? "Forbid") === "Forbid" && activeAtStart) {
       return { run: undefined, nextRunTime, skipped: { runID, scheduledTime: prev } }
     }
   }

@@ -292,6 +292,40 @@ describe("parseBackupCheck: invalid objects", () => {
     )
   })
 
+  it("refuses a start window that is not shorter than the interval, negative, or without a schedule", () => {
+    const window = (startWindow: unknown, schedule = "0 3 * * *", timeout = "30m") =>
+      withSpec((s) => {
+        s.schedule = schedule
+        s.timeout = timeout
+        ;(s as Record<string, unknown>).startWindow = startWindow
+      })
+    assert.isTrue(parseBackupCheck(window("2h")).success)
+    assert.isTrue(parseBackupCheck(window("0s")).success)
+    // Daily in Europe/Berlin: the shortest interval is 23h (summer time starts).
+    expectInvalid(
+      window("23h"),
+      /spec\.startWindow: startWindow 23h is not shorter than the shortest interval of schedule "0 3 \* \* \*" \(23h0m0s\)/,
+    )
+    expectInvalid(window("-1h"), /spec\.startWindow: must not be negative/)
+    expectInvalid(window("soon"), /spec\.startWindow: must be a Go duration/)
+    expectInvalid(
+      window("30m", "*/15 * * * *", "10m"),
+      /spec\.startWindow: startWindow 30m is not shorter than the shortest interval .*\(15m0s\)/,
+    )
+    expectInvalid(
+      window("10m", "*/15 * * * *", "10m"),
+      /spec\.startWindow: startWindow 10m plus timeout 10m is longer than the shortest interval .*at most 15m0s/,
+    )
+    expectInvalid(
+      withSpec((s) => {
+        delete s.schedule
+        delete s.timeZone
+        ;(s as Record<string, unknown>).startWindow = "1h"
+      }),
+      /spec\.startWindow: startWindow requires schedule/,
+    )
+  })
+
   it("defaults concurrencyPolicy to Forbid and accepts Replace only besides it", () => {
     const parsed = parseBackupCheck(withSpec((s) => delete s.concurrencyPolicy))
     assert.isTrue(parsed.success)
@@ -429,6 +463,7 @@ describe("constants", () => {
       "backup",
       "concurrencyPolicy",
       "failedRunsHistoryLimit",
+      "historyLimit",
       "jobTemplate",
       "successfulRunsHistoryLimit",
       "suspend",

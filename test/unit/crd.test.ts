@@ -196,6 +196,10 @@ describe("CRD schemas are structural", () => {
           ".spec.jobTemplate.spec.template",
           ".spec.jobTemplate.spec.template.spec",
           ".spec.jobTemplate.spec.template.spec.containers[*]",
+          ".spec.validation.jobTemplate.spec",
+          ".spec.validation.jobTemplate.spec.template",
+          ".spec.validation.jobTemplate.spec.template.spec",
+          ".spec.validation.jobTemplate.spec.template.spec.containers[*]",
         ])
       } else {
         assert.deepStrictEqual(preserving, [])
@@ -211,10 +215,12 @@ describe("CRD schemas are structural", () => {
     assert.deepStrictEqual(defaults, {
       ".spec.concurrencyPolicy": "Forbid",
       ".spec.failedRunsHistoryLimit": 1,
+      ".spec.historyLimit": 31,
       ".spec.jobTemplate.spec.template.spec.restartPolicy": "Never",
       ".spec.successfulRunsHistoryLimit": 3,
       ".spec.suspend": false,
       ".spec.timeout": "1h",
+      ".spec.validation.jobTemplate.spec.template.spec.restartPolicy": "Never",
     })
     for (const { path, schema } of nodes.filter((n) => "default" in n.schema)) {
       if (typeof schema.pattern === "string")
@@ -253,6 +259,12 @@ describe("CRD schemas are structural", () => {
         rule: "!has(self.timeZone) || has(self.schedule)",
         message: "timeZone requires schedule",
         fieldPath: ".timeZone",
+        reason: "FieldValueForbidden",
+      },
+      {
+        rule: "!has(self.startWindow) || has(self.schedule)",
+        message: "startWindow requires schedule",
+        fieldPath: ".startWindow",
         reason: "FieldValueForbidden",
       },
     ])

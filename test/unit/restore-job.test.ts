@@ -138,6 +138,38 @@ const podWith = (exitCode: number, extra: { reason?: string; message?: string } 
 })
 const ctx = { backupName: "orders-2026-11-29", startedAt: "2026-11-29T03:00:00Z" }
 
+describe("renderRestoreJob for a validation", () => {
+  const validation = renderRestoreJob({
+    cluster: "eu-1",
+    check,
+    jobName: "orders-g1-validate",
+    runID: "g1",
+    timeoutSeconds: 600,
+    traceparent: traceparentFor("0b3c-uid", "g1").traceparent,
+    specHash: "0123456789abcdef",
+    validation: {
+      jobTemplate: { spec: { template: { spec: { containers: [{ name: "validate", image: "v:1" }] } } } },
+      env: [{ name: "FLEETCHECK_RESTORE_COUNTS", value: '{"orders":1200}' }],
+    },
+  })
+
+  it("uses the validation template, labels the phase, and adds the restore's outputs to the contract env", () => {
+    expect(validation.metadata?.labels).toMatchObject({
+      "fleetcheck.io/run": "g1",
+      "fleetcheck.io/phase": "validation",
+    })
+    expect(validation.spec?.activeDeadlineSeconds).toBe(600)
+    const container = validation.spec?.template.spec?.containers[0]
+    expect(container?.image).toBe("v:1")
+    const env = Object.fromEntries((container?.env ?? []).map((e) => [e.name, e.value]))
+    expect(env).toMatchObject({
+      FLEETCHECK_BACKUP_NAME: "orders-2026-11-29",
+      FLEETCHECK_RUN_ID: "g1",
+      FLEETCHECK_RESTORE_COUNTS: '{"orders":1200}',
+    })
+  })
+})
+
 describe("jobOutcome", () => {
   it("is Running until the Job has a final condition", () => {
     expect(jobOutcome({ status: { active: 1 } }, [], ctx)).toEqual({ phase: "Running" })
@@ -173,6 +205,58 @@ describe("jobOutcome", () => {
   ] as const)("maps failures to stable reasons (%#)", (job, pods, reason) => {
     expect(jobOutcome(job, [...pods], ctx)).toMatchObject({ phase: "Failed", reason })
   })
+
+  it("takes a structured termination message's message, dataTimestamp and counts", () => {
+    const message = JSON.stringify({
+      message: "12 tables",
+      dataTimestamp: "2026-11-29T02:59:00Z",
+      counts: { tables: 12 },
+    })
+    expect(jobOutcome(finishedJob("Complete"), [podWith(0, { message })], ctx)).toEqual({
+      phase: "Succeeded",
+      reason: "RestoreSucceeded",
+      message: "12 tables",
+      completionTime: expect.any(String),
+      dataTimestamp: "2026-11-29T02:59:00Z",
+      counts: { tables: 12 },
+    })
+    // An empty structured message falls back to the default text; the facts stay.
+    expect(
+      jobOutcome(finishedJob("Complete"), [podWith(0, { message: '{"counts":{"rows":3}}' })], ctx),
+    ).toMatchObject({ message: "orders-2026-11-29 restored and verified in 41s", counts: { rows: 3 } })
+  })
+
+  it.each([
+    [finishedJob("Complete"), [], "Succeeded", "ValidationSucceeded", /validated in 41s/],
+    [
+      finishedJob("Failed", "DeadlineExceeded"),
+      [],
+      "Failed",
+      "ValidationTimedOut",
+      /^validation of .* did not finish/,
+    ],
+    [
+      finishedJob("Failed", "BackoffLimitExceeded"),
+      [podWith(3, { message: "rows differ" })],
+      "Failed",
+      "ValidationFailed",
+      /rows differ/,
+    ],
+    [
+      finishedJob("Failed", "BackoffLimitExceeded"),
+      [podWith(1)],
+      "Failed",
+      "ValidationFailed",
+      /^validation of .* failed \(exit code 1\)/,
+    ],
+  ] as const)(
+    "maps a validation Job's end to the validation reasons (%#)",
+    (job, pods, phase, reason, message) => {
+      const outcome = jobOutcome(job, [...pods], { ...ctx, phase: "validation" })
+      expect(outcome).toMatchObject({ phase, reason })
+      expect(outcome.phase !== "Running" && outcome.message).toMatch(message)
+    },
+  )
 
   it("prefers a failed container's message over a sibling that succeeded", () => {
     const pods = [podWith(0, { message: "sidecar fine" }), podWith(1, { message: "restore broke" })]

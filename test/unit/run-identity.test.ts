@@ -80,6 +80,9 @@ describe("specHashFor", () => {
     assert.strictEqual(specHashFor(rescheduled), hash)
     assert.notStrictEqual(specHashFor({ ...spec, backup: { ...spec.backup, name: "orders-2" } }), hash)
     assert.notStrictEqual(specHashFor({ ...spec, timeout: "31m" }), hash)
+    // A validation changes what a verdict says; without one the hash is what it was before validations.
+    assert.strictEqual(specHashFor({ ...spec, validation: undefined }), hash)
+    assert.notStrictEqual(specHashFor({ ...spec, validation: { jobTemplate: spec.jobTemplate } }), hash)
     assert.notStrictEqual(
       specHashFor({
         ...spec,

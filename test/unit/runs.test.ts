@@ -113,3 +113,45 @@ describe("jobsToPrune", () => {
     )
   })
 })
+
+describe("runs with a validation phase", () => {
+  const validation = (runID: string, created: string, phase: "Active" | "Complete" | "Failed"): V1Job => {
+    const j = job(runID, created, phase)
+    return {
+      ...j,
+      metadata: {
+        ...j.metadata,
+        name: `orders-${runID}-validate`,
+        labels: { "fleetcheck.io/run": runID, "fleetcheck.io/phase": "validation" },
+      },
+    }
+  }
+  const limits = { successfulRunsHistoryLimit: 1, failedRunsHistoryLimit: 1 }
+  const g1 = job("g1", "2026-11-29T10:00:00Z", "Complete")
+  const g1v = validation("g1", "2026-11-29T10:01:00Z", "Complete")
+  const g2 = job("g2", "2026-11-29T10:05:00Z", "Complete")
+  const g2v = validation("g2", "2026-11-29T10:06:00Z", "Failed")
+
+  it("a validation Job is never a run of its own", () => {
+    assert.deepStrictEqual(
+      newerRuns(run("g1", "2026-11-29T10:00:00Z", "Running"), [g1, g1v, g2, g2v]).map(
+        (j) => j.metadata?.name,
+      ),
+      ["orders-g2"],
+    )
+  })
+
+  it("the limits count runs by their restore Jobs, and a validation Job goes with its run", () => {
+    const recorded = run("g2", "2026-11-29T10:05:00Z", "Failed")
+    const names = jobsToPrune(recorded, [g1, g1v, g2, g2v], limits).map((j) => j.metadata?.name)
+    assert.deepStrictEqual(names.sort(), ["orders-g1", "orders-g1-validate"])
+    // A validation Job whose restore Job is gone goes once it is recorded; an active one never.
+    assert.deepStrictEqual(
+      jobsToPrune(recorded, [g2, g1v], limits).map((j) => j.metadata?.name),
+      ["orders-g1-validate"],
+    )
+    assert.deepStrictEqual(jobsToPrune(run("g2", "2026-11-29T10:05:00Z", "Running"), [g2, g2v], limits), [])
+    const active = validation("g2", "2026-11-29T10:06:00Z", "Active")
+    assert.deepStrictEqual(jobsToPrune(recorded, [active], limits), [])
+  })
+})

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { dueRun } from "../../src/reconcile/schedule.ts"
+import { dueRun, startOffsetMs } from "../../src/reconcile/schedule.ts"
 
 const t = (iso: string) => Date.parse(iso)
 
@@ -202,5 +202,95 @@ describe("dueRun and concurrencyPolicy", () => {
       assert.isUndefined(result.run)
       assert.isUndefined(result.skipped)
     }
+  })
+})
+
+describe("start windows (spec.startWindow)", () => {
+  const hour = 3_600_000
+  const window = 2 * hour
+  const slot = t("2026-11-29T03:00:00Z")
+  const uid = (i: number) => `00000000-0000-4000-8000-${String(i).padStart(12, "0")}`
+
+  it("puts each slot at a whole second in [0, window), the same every time it is asked", () => {
+    for (let i = 0; i < 200; i++) {
+      const offset = startOffsetMs(uid(i), slot, window)
+      assert.isTrue(offset >= 0 && offset < window && offset % 1000 === 0, `offset ${offset}`)
+      assert.strictEqual(startOffsetMs(uid(i), slot, window), offset)
+    }
+    assert.strictEqual(startOffsetMs(uid(1), slot, 0), 0)
+    assert.strictEqual(startOffsetMs(uid(1), slot, 999), 0)
+  })
+
+  it("spreads 1,000 checks evenly over a 2h window (printed), and moves a check from slot to slot", () => {
+    const buckets = Array.from({ length: 12 }, () => 0)
+    for (let i = 0; i < 1000; i++)
+      buckets[Math.floor(startOffsetMs(uid(i), slot, window) / (10 * 60_000))]! += 1
+    const rows = buckets.map(
+      (n, b) =>
+        `  +${String(b * 10).padStart(3)}m  ${String(n).padStart(3)} ${"#".repeat(Math.round(n / 4))}`,
+    )
+    let chi = 0
+    for (const n of buckets) chi += (n - 1000 / 12) ** 2 / (1000 / 12)
+    console.log(
+      `start offsets of 1,000 checks, window 2h, 10-minute buckets (chi-square ${chi.toFixed(1)}, 11 df):\n${rows.join("\n")}`,
+    )
+    // Expected 83.3 per bucket, standard deviation about 8.8: a bucket outside 45..125 is not uniform.
+    for (const n of buckets) assert.isTrue(n >= 45 && n <= 125, `bucket of ${n}: ${buckets.join(",")}`)
+    assert.isBelow(chi, 31.3, `chi-square ${chi.toFixed(1)} over 11 degrees of freedom (p = 0.001 at 31.3)`)
+    // The same check does not always start last: its offsets over 30 daily slots cover the window.
+    const days = Array.from({ length: 30 }, (_, d) => startOffsetMs(uid(7), slot + d * 24 * hour, window))
+    assert.isAbove(Math.max(...days) - Math.min(...days), hour)
+  })
+
+  const daily = {
+    generation: 1,
+    schedule: "0 3 * * *",
+    creationTime: t("2026-11-01T12:00:00Z"),
+    startWindowMs: window,
+    checkKey: uid(42),
+  }
+  const offsetOf = (at: number) => startOffsetMs(uid(42), at, window)
+
+  it("makes a slot due at its start, not at its scheduled time; nextRunTime is the actual start", () => {
+    const start = slot + offsetOf(slot)
+    assert.isAbove(offsetOf(slot), 0) // this uid's offset; the test is meaningless at 0
+    const before = dueRun({ ...daily, now: start - 1 })
+    assert.strictEqual(before.run?.runID, "s20261128t0300z")
+    assert.strictEqual(before.nextRunTime, start)
+    const at = dueRun({ ...daily, now: start })
+    assert.deepStrictEqual(at.run, { runID: "s20261129t0300z", scheduledTime: slot })
+    const next = slot + 24 * hour
+    assert.strictEqual(at.nextRunTime, next + offsetOf(next))
+  })
+
+  it("never runs a slot at or before creation, and asks Forbid's question at the start", () => {
+    const start = slot + offsetOf(slot)
+    const fresh = dueRun({ ...daily, creationTime: t("2026-11-28T12:00:00Z"), now: start - 1 })
+    assert.isUndefined(fresh.run)
+    assert.strictEqual(fresh.nextRunTime, start)
+    // Yesterday's run ended after the slot but before its start: not active, the slot runs.
+    const ended = dueRun({
+      ...daily,
+      lastRun: {
+        runID: "s20261128t0300z",
+        startTime: "2026-11-28T03:30:00Z",
+        completionTime: start - 1000,
+        result: "Succeeded",
+      },
+      now: start,
+    })
+    assert.strictEqual(ended.run?.runID, "s20261129t0300z")
+    const still = dueRun({
+      ...daily,
+      lastRun: {
+        runID: "s20261128t0300z",
+        startTime: "2026-11-28T03:30:00Z",
+        completionTime: start + 1000,
+        result: "Succeeded",
+      },
+      now: start + 2000,
+    })
+    assert.isUndefined(still.run)
+    assert.strictEqual(still.skipped?.runID, "s20261129t0300z")
   })
 })

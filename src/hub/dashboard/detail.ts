@@ -1,8 +1,9 @@
 // Drill-down pages, server-rendered like the overview and linked from it: a cluster (its conditions,
 // counts, labels and checks) and a check (its verdict as every view shows it, spec summary, conditions,
 // last run with its trace). Texts the overview clamps are shown here in full.
-import type { BackupCheck } from "../../api/backupcheck.ts"
+import type { BackupCheck, LastRun } from "../../api/backupcheck.ts"
 import type { CheckView, ClusterView } from "../../api/fleet.ts"
+import { formatDuration } from "../../api/syntax.ts"
 import { type Html, html, nothing } from "../html.ts"
 import {
   badge,
@@ -59,6 +60,42 @@ const facts = (rows: ReadonlyArray<readonly [string, Html | string | number | un
   html`<dl class="facts">${rows
     .filter(([, v]) => v !== undefined && v !== "")
     .map(([k, v]) => html`<dt>${k}</dt><dd>${v}</dd>`)}</dl>`
+
+/** How long a run took, Go style (41s, 2m5s); empty while it runs. */
+const runDuration = (run: LastRun): string => {
+  if (run.completionTime === undefined) return ""
+  const ms = Date.parse(run.completionTime) - Date.parse(run.startTime)
+  return Number.isFinite(ms) ? formatDuration(ms) : ""
+}
+
+/** Each phase as "restore Succeeded (RestoreSucceeded)", one per line. */
+const phaseSummary = (run: LastRun): Html =>
+  html`${(run.phases ?? []).map(
+    (p) =>
+      html`<div class="nowrap">${p.name}: ${p.result}${p.reason ? html` (${reason(p.reason)})` : nothing}</div>`,
+  )}`
+
+const historyTable = (
+  id: string,
+  history: ReadonlyArray<LastRun>,
+  traceUrlTemplate: string | undefined,
+): Html =>
+  html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
+<thead><tr><th>Run</th><th>Backup</th><th>Result</th><th>Phases</th><th>Started</th><th>Took</th><th>Trace</th></tr></thead>
+<tbody>
+${history.map(
+  (r) => html`<tr>
+  <td class="nowrap">${r.runID}</td>
+  <td class="full">${r.backupName ?? ""}</td>
+  <td>${conditionBadge(r.result === "Succeeded" ? "True" : r.result === "Failed" ? "False" : "Unknown", "True", "False")}</td>
+  <td>${phaseSummary(r)}</td>
+  <td>${time(r.startTime)}</td>
+  <td class="nowrap">${runDuration(r)}</td>
+  <td>${traceLink(r.traceID, traceUrlTemplate)}</td>
+</tr>`,
+)}
+</tbody>
+</table></div>`
 
 const back = html`<nav><a href="./">← Fleet overview</a></nav>`
 
@@ -126,11 +163,14 @@ ${facts([
       ? `${spec.schedule}${spec.timeZone ? ` (${spec.timeZone})` : " (UTC)"}`
       : "once per spec generation",
   ],
+  ["Start window", spec.startWindow],
   ["Timeout", spec.timeout],
   ["Max staleness", spec.maxStaleness],
   ["Suspended", spec.suspend ? "yes" : "no"],
   ["Concurrency policy", spec.concurrencyPolicy],
-  ["History kept", `${spec.successfulRunsHistoryLimit} successful, ${spec.failedRunsHistoryLimit} failed`],
+  ["Jobs kept", `${spec.successfulRunsHistoryLimit} successful, ${spec.failedRunsHistoryLimit} failed`],
+  // The cache holds objects as the API server returned them: a default may be missing on old objects.
+  ["Run history kept", typeof spec.historyLimit === "number" ? plural(spec.historyLimit, "run") : undefined],
   [
     "Restore images",
     html`${containers.map((c) => html`<div class="full"><code>${c.name}</code>: ${c.image}</div>`)}`,
@@ -148,10 +188,18 @@ ${
           "Finished",
           run.completionTime ? time(run.completionTime) : html`<span class="muted">not yet</span>`,
         ],
+        ["Phases", run.phases?.length ? phaseSummary(run) : undefined],
+        ["Took", runDuration(run) || undefined],
         ["Trace id", traceLink(run.traceID, opts.traceUrlTemplate)],
         ["Spec hash", run.specHash ? html`<code>${run.specHash}</code>` : undefined],
       ])
     : html`<p class="muted">No run yet.</p>`
+}
+<h2 id="history">Run history <span class="muted">(newest first)</span></h2>
+${
+  object.status?.history?.length
+    ? historyTable("history", object.status.history, opts.traceUrlTemplate)
+    : html`<p class="muted">No finished run yet.</p>`
 }
 <h2 id="conditions">Conditions <span class="muted">(as written on the BackupCheck)</span></h2>
 ${conditionsTable("conditions", object.status?.conditions ?? [])}`

@@ -1,0 +1,68 @@
+// The check page of the dashboard renders the run history (status.history) and the start window.
+import { assert, describe, it } from "@effect/vitest"
+import { type BackupCheck, parseBackupCheck } from "../../src/api/backupcheck.ts"
+import type { CheckView, ClusterView } from "../../src/api/fleet.ts"
+import { renderCheckPage } from "../../src/hub/dashboard/detail.ts"
+
+const check = (status: unknown): BackupCheck => {
+  const parsed = parseBackupCheck({
+    apiVersion: "fleetcheck.io/v1alpha1",
+    kind: "BackupCheck",
+    metadata: { name: "orders", namespace: "shop", uid: "u1", generation: 1 },
+    spec: {
+      backup: { name: "orders-2026-11-29" },
+      jobTemplate: { spec: { template: { spec: { containers: [{ name: "restore", image: "r:1" }] } } } },
+      schedule: "0 3 * * *",
+      startWindow: "2h",
+      timeout: "30m",
+    },
+    status,
+  })
+  if (!parsed.success) throw new Error(parsed.error)
+  assert.deepStrictEqual(parsed.warnings, [])
+  return parsed.data
+}
+const view: CheckView = {
+  cluster: "m1",
+  namespace: "shop",
+  name: "orders",
+  status: "False",
+  reason: "RestoreFailed",
+  message: "",
+}
+const cluster: ClusterView = {
+  name: "m1",
+  labels: {},
+  conditions: [],
+  counts: { total: 1, verified: 0, failed: 1, unknown: 0 },
+}
+const opts = { leader: true, hub: "h", pageSize: 50, traceUrlTemplate: undefined }
+const run = (i: number, result: "Succeeded" | "Failed", reason: string) => ({
+  jobName: `orders-s${i}`,
+  runID: `s2026112${i}t0300z`,
+  backupName: `orders-2026-11-2${i}`,
+  startTime: `2026-11-2${i}T03:10:00Z`,
+  completionTime: `2026-11-2${i}T03:12:05Z`,
+  result,
+  phases: [{ name: "restore", result, reason, startTime: `2026-11-2${i}T03:10:00Z`, message: "m" }],
+  traceID: `${i}`.repeat(32),
+})
+
+describe("check page", () => {
+  it("lists the run history newest first, with phases and durations", () => {
+    const history = [run(8, "Failed", "RunSuperseded"), run(7, "Succeeded", "RestoreSucceeded")]
+    const text = renderCheckPage(view, check({ lastRun: history[0], history }), cluster, opts)
+    const section = text.slice(text.indexOf('id="history"'), text.indexOf('id="conditions"'))
+    const runs = [...section.matchAll(/<td class="nowrap">(s\d+t\d+z)<\/td>/g)].map((m) => m[1])
+    assert.deepStrictEqual(runs, ["s20261128t0300z", "s20261127t0300z"])
+    assert.include(section, "RunSuperseded")
+    assert.include(section, "orders-2026-11-27")
+    assert.include(section, "2m5s")
+    assert.include(text, "<dt>Start window</dt><dd>2h</dd>")
+    assert.include(text, "<dt>Run history kept</dt><dd>31 runs</dd>")
+  })
+
+  it("says when no run has finished", () => {
+    assert.include(renderCheckPage(view, check(undefined), cluster, opts), "No finished run yet.")
+  })
+})
