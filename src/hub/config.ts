@@ -10,6 +10,7 @@ import * as z from "zod"
 import { defaultHubNamespace } from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
 import { checkSeriesModes } from "../observability/metrics/check-series.ts"
+import { parseLabelSelector } from "./fleet-state.ts"
 
 const dns1123Label = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/
 
@@ -36,17 +37,15 @@ const int = (min: number, max: number) =>
     .pipe(z.number().int().min(min).max(max))
 const bool = z.enum(["true", "false"], "true or false").transform((v) => v === "true")
 
-/** A label selector as kubectl takes it: key, !key, key=value, key!=value, key in (a,b), comma-separated. */
-const labelKey = `([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`
-const labelValue = `([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?`
-const requirement = String.raw`\s*(!?${labelKey}|${labelKey}\s*(==?|!=)\s*${labelValue}|${labelKey}\s+(in|notin)\s*\(\s*${labelValue}(\s*,\s*${labelValue})*\s*\))\s*`
+/** A label selector as kubectl takes it (the fleet API's grammar), or empty. */
 const labelSelector = z
   .string()
   .max(1024)
-  .regex(
-    new RegExp(`^(${requirement}(,${requirement})*)?$`),
-    "a label selector (k=v,k2 in (a,b),!k3), or empty",
-  )
+  .superRefine((s, ctx) => {
+    if (s.trim() === "") return
+    const parsed = parseLabelSelector(s)
+    if (!parsed.ok) ctx.addIssue({ code: "custom", message: parsed.error })
+  })
 
 /** `host:port`, `:port` or `[ipv6]:port`; the host is what node's listen() takes. */
 const hostPort = z.string().transform((s, ctx) => {

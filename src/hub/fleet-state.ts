@@ -30,6 +30,8 @@ export interface ProbeState {
   /** Undefined until the first probe finished. */
   connected?: boolean
   credentialsValid?: boolean
+  /** Why credentialsValid is false: the member refused them (401), or the exec plugin produced none. */
+  credentialsFailure?: "Unauthorized" | "ExecPluginFailed"
   /** The API answered, but the hub may not list BackupChecks (403) or they are not served (404). */
   denied?: { readonly reason: AccessFailureReason; readonly message: string }
   consecutiveFailures: number
@@ -220,7 +222,7 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
       ? cond(
           "CredentialsValid",
           "False",
-          "Unauthorized",
+          p.credentialsFailure ?? "Unauthorized",
           p.lastError ?? "the API server refused the credentials",
         )
       : m.expiringSoon

@@ -239,6 +239,7 @@ const probeOnce = Effect.fnUntraced(function* (
     (e._tag === "KubeTransportError" && e.code === "Credentials")
   ) {
     p.credentialsValid = false
+    p.credentialsFailure = e._tag === "KubeApiError" ? "Unauthorized" : "ExecPluginFailed"
     return
   }
   if (e instanceof KubeApiError && (e.status === 403 || e.status === 404)) {

@@ -7,6 +7,7 @@ import {
   fleetPage,
   fleetView,
   matchesLabels,
+  memberClusterStatus,
   parseLabelSelector,
 } from "../../src/hub/fleet-state.ts"
 import { healthyMember, syntheticFleet, t0, unreachableMember } from "../support/fleet-members.ts"
@@ -235,5 +236,42 @@ describe("fleetPage", () => {
     const members = [healthyMember(long, [{ namespace: "x".repeat(63), name: long }, { name: "b" }])]
     const p = fleetPage(fleetView(members, t0), 1, undefined, {})
     assert.isAtMost(p.metadata!.continue!.length, 2048)
+  })
+})
+
+describe("MemberCluster CredentialsValid", () => {
+  const credentials = (m: ReturnType<typeof healthyMember>) =>
+    memberClusterStatus(m, undefined, t0).conditions?.find((c) => c.type === "CredentialsValid")
+
+  it("says whether the member refused the credentials or the exec plugin produced none", () => {
+    const refused = healthyMember("m1", [])
+    refused.probe = {
+      ...refused.probe,
+      credentialsValid: false,
+      credentialsFailure: "Unauthorized",
+      lastError: "Unauthorized",
+    }
+    assert.strictEqual(credentials(refused)?.reason, "Unauthorized")
+    const plugin = healthyMember("m2", [])
+    plugin.probe = {
+      ...plugin.probe,
+      credentialsValid: false,
+      credentialsFailure: "ExecPluginFailed",
+      lastError: "exec credential plugin failed (exit code 3; its output is not shown)",
+    }
+    const c = credentials(plugin)
+    assert.strictEqual(c?.status, "False")
+    assert.strictEqual(c?.reason, "ExecPluginFailed")
+    assert.include(c?.message ?? "", "its output is not shown")
+  })
+
+  it("warns of an exec credential's expiry only with the plugin's renewal failure in the message", () => {
+    const m = healthyMember("m1", [])
+    m.expiringSoon = true
+    m.credentialExpiry = new Date(t0 + 60_000)
+    m.renewalFailure = "exec credential plugin did not finish within 10000 ms"
+    const c = credentials(m)
+    assert.strictEqual(c?.reason, "CredentialsExpiringSoon")
+    assert.include(c?.message ?? "", "cannot renew them: exec credential plugin did not finish")
   })
 })
