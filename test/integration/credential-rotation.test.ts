@@ -7,8 +7,11 @@
 //   - an exec plugin (clusters/local-fleet/token-plugin.sh, a TokenRequest token per run) whose
 //     credentials expire every 3 s, EXPIRIES times (default 5): 0 relists, verification continues
 //   - a change of the connection (tls-server-name) still rebuilds: the caches are listed again
+//   - exec plugins that fail, hang or print garbage are bounded and reported (CredentialsValid=False
+//     ExecPluginFailed) without what they printed
 //   - a Cluster API <cluster>-kubeconfig Secret (data key value) selected by --capi-kubeconfig-selector
 //     registers a member that verifies a check; one with a kubeconfig the policy refuses says why
+import { chmodSync, mkdirSync, writeFileSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { formatRequests, requestsTo } from "../support/audit.ts"
@@ -194,6 +197,7 @@ describe("credential rotation without a relist", () => {
     ).toBe(201)
     hub = await startHub(hubCluster, {
       allowExec: true,
+      execPluginTimeoutMs: 2_000,
       capiKubeconfigSelector: "cluster.x-k8s.io/cluster-name",
     })
   }, 180_000)
@@ -339,5 +343,40 @@ describe("credential rotation without a relist", () => {
     })
     expect(refused.reason).toBe("InsecureSkipTLSVerifyRefused")
     expect(await eventsOf("capi-b-kubeconfig", "InsecureSkipTLSVerifyRefused")).toBe(1)
+  }, 120_000)
+
+  it("exec plugins that fail, hang or print garbage: bounded, reported without their output", async () => {
+    const sentinel = "SENTINEL-plugin-said-this"
+    const scripts = {
+      fails: `echo "${sentinel} token=abc" >&2; exit 3`,
+      hangs: `echo "${sentinel}" >&2; sleep 600`,
+      garbage: `echo "${sentinel} {not an ExecCredential"`,
+    }
+    const dir = `${fleet.runDir}/plugins`
+    mkdirSync(dir, { recursive: true })
+    for (const [name, body] of Object.entries(scripts)) {
+      writeFileSync(`${dir}/${name}.sh`, `#!/bin/sh\n${body}\n`)
+      chmodSync(`${dir}/${name}.sh`, 0o755)
+      const user = [
+        "    exec:",
+        "      apiVersion: client.authentication.k8s.io/v1",
+        `      command: ${dir}/${name}.sh`,
+      ].join("\n")
+      await putSecret(`plugin-${name}`, m1.kubeconfig.replace(/ {4}token: .*/, user), `plugin-${name}`)
+    }
+    for (const name of Object.keys(scripts)) {
+      const c = await waitUntil(`plugin-${name} CredentialsValid=False`, 30_000, async () => {
+        const cv = cond(await memberCluster(`plugin-${name}`), "CredentialsValid")
+        return cv?.status === "False" ? cv : undefined
+      })
+      expect(c.reason, c.message).toBe("ExecPluginFailed")
+      expect(c.message).toContain("exec credential plugin")
+      expect(JSON.stringify(await memberCluster(`plugin-${name}`))).not.toContain("SENTINEL")
+    }
+    const hung = cond(await memberCluster("plugin-hangs"), "CredentialsValid")
+    expect(hung.message).toContain("did not finish within 2000 ms")
+    const events = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
+      .body
+    expect(JSON.stringify(events)).not.toContain("SENTINEL")
   }, 120_000)
 })
