@@ -21,6 +21,10 @@ import { countNamePattern, maxCounts } from "./termination-message.ts"
 
 export const conditionTypes = {
   Verified: "Verified",
+  /** spec.objectives.maxRestoreDuration: the last restore of this spec took at most that long. */
+  RestoreTimeObjectiveMet: "RestoreTimeObjectiveMet",
+  /** spec.objectives.maxDataAge: the restored data was at most that old when it was verified. */
+  DataAgeObjectiveMet: "DataAgeObjectiveMet",
 } as const
 export type ConditionType = (typeof conditionTypes)[keyof typeof conditionTypes]
 
@@ -250,6 +254,23 @@ export const BackupCheckSpecSchema = z
     maxStaleness: duration((ms) => ms > 0, "greater than 0", "duration(self) > duration('0s')")
       .optional()
       .describe("Verified turns False (VerificationStale) when the last success is older than this."),
+    objectives: z
+      .strictObject({
+        maxRestoreDuration: duration((ms) => ms > 0, "greater than 0", "duration(self) > duration('0s')")
+          .optional()
+          .describe(
+            "Recovery time objective: the restore phase of the last run may take at most this long (condition RestoreTimeObjectiveMet).",
+          ),
+        maxDataAge: duration((ms) => ms > 0, "greater than 0", "duration(self) > duration('0s')")
+          .optional()
+          .describe(
+            "Data-level recovery point objective: the newest record in the restored data (dataTimestamp of the structured termination message, the validation's first) may be at most this old when the run ends (condition DataAgeObjectiveMet).",
+          ),
+      })
+      .optional()
+      .describe(
+        "Objectives each run is measured against; each becomes a condition (True met, False missed, Unknown not measured).",
+      ),
     startWindow: duration((ms) => ms >= 0, "at least 0s", "duration(self) >= duration('0s')")
       .optional()
       .describe(

@@ -245,6 +245,9 @@ export const backupCheckCrd = (): CustomResourceDefinition =>
       ageColumn,
       { name: "Schedule", type: "string", jsonPath: ".spec.schedule", priority: 1 },
       { name: "Backup", type: "string", jsonPath: ".spec.backup.name", priority: 1 },
+      { ...conditionColumn("Restore Time", "RestoreTimeObjectiveMet", "status"), priority: 1 },
+      { ...conditionColumn("Data Age", "DataAgeObjectiveMet", "status"), priority: 1 },
+      { name: "Start Window", type: "string", jsonPath: ".spec.startWindow", priority: 1 },
     ],
     schema: rootSchema({
       description:
@@ -270,6 +273,12 @@ export const memberClusterCrd = (): CustomResourceDefinition =>
       { name: "Version", type: "string", jsonPath: ".status.kubernetesVersion" },
       ageColumn,
       { name: "Total", type: "integer", jsonPath: ".status.counts.total", priority: 1 },
+      {
+        name: "Objectives Missed",
+        type: "integer",
+        jsonPath: ".status.counts.objectivesMissed",
+        priority: 1,
+      },
       { ...conditionColumn("Credentials", "CredentialsValid", "status"), priority: 1 },
       { name: "Source", type: "string", jsonPath: ".status.source.kind", priority: 1 },
     ],

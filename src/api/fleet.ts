@@ -17,8 +17,25 @@ export const CheckViewSchema = z.object({
   nextRunTime: z.string().optional(),
   traceID: z.string().optional(),
   runID: z.string().optional(),
+  /**
+   * The check's objectives (spec.objectives), when it has any: each condition's status (Unknown while
+   * the cluster is unreachable or the spec not verified yet, like Verified) and the measured values of
+   * the last finished run.
+   */
+  objectives: z
+    .object({
+      restoreTime: z.enum(conditionStatuses).optional(),
+      dataAge: z.enum(conditionStatuses).optional(),
+      restoreDurationSeconds: z.number().optional(),
+      dataAgeSeconds: z.number().optional(),
+    })
+    .optional(),
 })
 export type CheckView = z.output<typeof CheckViewSchema>
+
+/** A check missed an objective: one of its objective conditions is False. */
+export const missesObjective = (check: Pick<CheckView, "objectives">): boolean =>
+  check.objectives?.restoreTime === "False" || check.objectives?.dataAge === "False"
 
 export const ClusterViewSchema = z.object({
   name: z.string(),
@@ -38,6 +55,8 @@ export const ClusterViewSchema = z.object({
     verified: z.number(),
     failed: z.number(),
     unknown: z.number(),
+    /** Checks with an objective condition False (RestoreTimeObjectiveMet, DataAgeObjectiveMet). */
+    objectivesMissed: z.number().optional(),
   }),
   kubernetesVersion: z.string().optional(),
   lastProbeTime: z.string().optional(),
@@ -65,6 +84,7 @@ export const FleetSummarySchema = z.object({
     verified: z.number(),
     failed: z.number(),
     unknown: z.number(),
+    objectivesMissed: z.number().optional(),
   }),
 })
 export type FleetSummary = z.output<typeof FleetSummarySchema>

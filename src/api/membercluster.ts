@@ -41,6 +41,9 @@ export const CheckCountsSchema = z
     verified: count("BackupChecks with Verified=True."),
     failed: count("BackupChecks with Verified=False."),
     unknown: count("BackupChecks with Verified=Unknown or no condition, or all of them while unreachable."),
+    objectivesMissed: count(
+      "BackupChecks that missed an objective (RestoreTimeObjectiveMet or DataAgeObjectiveMet False).",
+    ).optional(),
   })
   .describe("BackupCheck counts by Verified status.")
 

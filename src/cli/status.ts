@@ -55,8 +55,26 @@ export const renderStatus = (view: FleetView): string => {
       c.kubernetesVersion ?? "",
     ]),
   ])
+  // Objectives (spec.objectives) get a column once any check has them: "restore-time=True data-age=False".
+  const withObjectives = view.checks.some((c) => c.objectives !== undefined)
+  const objectives = (c: (typeof view.checks)[number]) =>
+    [
+      c.objectives?.restoreTime !== undefined ? `restore-time=${c.objectives.restoreTime}` : "",
+      c.objectives?.dataAge !== undefined ? `data-age=${c.objectives.dataAge}` : "",
+    ]
+      .filter(Boolean)
+      .join(" ")
   const checks = table([
-    ["CLUSTER", "NAMESPACE", "CHECK", "VERIFIED", "REASON", "LAST SUCCESS", "MESSAGE"],
+    [
+      "CLUSTER",
+      "NAMESPACE",
+      "CHECK",
+      "VERIFIED",
+      "REASON",
+      "LAST SUCCESS",
+      ...(withObjectives ? ["OBJECTIVES"] : []),
+      "MESSAGE",
+    ],
     ...view.checks.map((c) => [
       c.cluster,
       c.namespace,
@@ -64,10 +82,13 @@ export const renderStatus = (view: FleetView): string => {
       c.status,
       c.reason,
       c.lastSuccessfulTime ?? "never",
+      ...(withObjectives ? [objectives(c)] : []),
       clip(c.message.replace(/\s+/g, " "), 60),
     ]),
   ])
-  return `${clusters}\n\n${view.checks.length ? checks : "no BackupChecks"}\n`
+  const missed = view.summary?.checks.objectivesMissed
+  const footer = missed ? `\n${missed} check${missed === 1 ? "" : "s"} missed an objective\n` : ""
+  return `${clusters}\n\n${view.checks.length ? checks : "no BackupChecks"}\n${footer}`
 }
 
 /** One answer of the hub, or why it is not one. */

@@ -4,7 +4,7 @@
 // it by the pure functions below, so they can never disagree. An unreachable member's checks are
 // reported Unknown/ClusterUnreachable, never as their last known (possibly stale) verdict.
 import { createHash } from "node:crypto"
-import type { BackupCheck } from "../api/backupcheck.ts"
+import { type BackupCheck, conditionTypes } from "../api/backupcheck.ts"
 import {
   type Condition,
   type ConditionStatus,
@@ -20,9 +20,11 @@ import {
   type FleetView,
   isClusterHealthy,
   isVerified,
+  missesObjective,
 } from "../api/fleet.ts"
 import type { CheckCounts, MemberClusterStatus, RegistrationSource } from "../api/membercluster.ts"
 import { kubeconfigRefusalReasons } from "../kubeconfig/policy.ts"
+import { lastFinishedRun, measureRun } from "../reconcile/objectives.ts"
 
 export type { CheckView, ClusterView, FleetView }
 
@@ -132,6 +134,7 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
     if (unseen) {
       return {
         ...base,
+        ...objectivesView(c, false),
         status: "Unknown" as const,
         reason: unseen.reason,
         message: `${unseen.message}; last known: ${verified?.status ?? "Unknown"}${verified?.reason ? `/${verified.reason}` : ""}`,
@@ -147,6 +150,7 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
     ) {
       return {
         ...base,
+        ...objectivesView(c, false),
         status: "Unknown" as const,
         reason: "GenerationNotVerified",
         message: `generation ${generation} of the spec is not verified yet; last verdict (generation ${verdictGeneration}): ${verified.status}/${verified.reason}`,
@@ -154,6 +158,7 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
     }
     return {
       ...base,
+      ...objectivesView(c, true),
       status: verified?.status ?? "Unknown",
       reason: verified?.reason ?? "NotYetReconciled",
       message: verified?.message ?? "",
@@ -162,14 +167,53 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
   })
 }
 
+/**
+ * A check's objectives as the fleet views show them (none without spec.objectives). `trusted` is false
+ * while the cluster is unreachable or the spec not verified: the conditions then count as Unknown, as
+ * Verified does, so no view shows a stale objective met. The measured values stay, as facts of the run.
+ */
+const objectivesView = (c: BackupCheck, trusted: boolean): Pick<CheckView, "objectives"> => {
+  const objectives = c.spec?.objectives
+  if (
+    objectives === undefined ||
+    (objectives.maxRestoreDuration === undefined && objectives.maxDataAge === undefined)
+  )
+    return {}
+  const statusOf = (type: string) => {
+    const condition = findCondition(c.status?.conditions, type)
+    return trusted ? (condition?.status ?? "Unknown") : "Unknown"
+  }
+  const run = c.status === undefined ? undefined : lastFinishedRun(c.status)
+  const measured = run === undefined ? undefined : measureRun(run)
+  return {
+    objectives: {
+      ...(objectives.maxRestoreDuration !== undefined
+        ? { restoreTime: statusOf(conditionTypes.RestoreTimeObjectiveMet) }
+        : {}),
+      ...(objectives.maxDataAge !== undefined
+        ? { dataAge: statusOf(conditionTypes.DataAgeObjectiveMet) }
+        : {}),
+      ...(measured?.restoreDurationMs !== undefined
+        ? { restoreDurationSeconds: Math.round(measured.restoreDurationMs / 1000) }
+        : {}),
+      ...(measured?.dataAgeMs !== undefined ? { dataAgeSeconds: Math.round(measured.dataAgeMs / 1000) } : {}),
+    },
+  }
+}
+
+/** Counts by Verified status; objectivesMissed appears once any of the checks has objectives. */
 export const countChecks = (checks: ReadonlyArray<CheckView>): CheckCounts => {
   const counts = { total: checks.length, verified: 0, failed: 0, unknown: 0 }
+  let withObjectives = 0
+  let objectivesMissed = 0
   for (const c of checks) {
+    if (c.objectives !== undefined) withObjectives++
+    if (missesObjective(c)) objectivesMissed++
     if (isVerified(c)) counts.verified++
     else if (c.status === "False") counts.failed++
     else counts.unknown++
   }
-  return counts
+  return withObjectives > 0 ? { ...counts, objectivesMissed } : counts
 }
 
 type NewCondition = Omit<Condition, "lastTransitionTime">

@@ -4,7 +4,7 @@
 // scope (disengage, rebuild, lost leadership) stops every fiber and socket of this member at once.
 import type { KubeConfig, V1Job } from "@kubernetes/client-node"
 import { Effect, type Scope } from "effect"
-import type { BackupCheck } from "../api/backupcheck.ts"
+import type { BackupCheck, LastRun } from "../api/backupcheck.ts"
 import { labelBackupCheck } from "../api/names.ts"
 import {
   type ControllerHooks,
@@ -60,6 +60,8 @@ export interface MemberEngineOptions {
   readonly onWatchFailure: (error: KubeError) => void
   /** A scheduled slot was skipped (concurrencyPolicy Forbid), for the metrics. */
   readonly onRunSkipped: (namespace: string, name: string) => void
+  /** A run's verdict was written by this hub (see the reconciler's option). */
+  readonly onRunRecorded: (namespace: string, name: string, run: LastRun) => void
   readonly controllerHooks: ControllerHooks | undefined
   readonly queueHooks: WorkQueueMetricsHooks | undefined
 }
@@ -172,6 +174,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     jobs: jobs.store,
     runningPollMs: options.runningPollMs,
     onRunSkipped: options.onRunSkipped,
+    onRunRecorded: options.onRunRecorded,
   })
   // Workers start only once both caches are synced: reconciling from a half-filled cache would
   // create Jobs that already exist and report checks as missing.

@@ -11,6 +11,7 @@ import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import { credentialsExpiringSoon } from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { jsonEqual } from "../reconcile/merge-patch.ts"
+import { lastFinishedRun, measureRun } from "../reconcile/objectives.ts"
 import type { HubConfig } from "./config.ts"
 import {
   type CheckView,
@@ -322,6 +323,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     mayWrite: deps.fence.mayWrite,
     lostLease: deps.fence.lostLease,
     onRunSkipped: () => metrics.incRunSkipped(entry.name),
+    onRunRecorded: (_namespace, _name, run) => {
+      const took = measureRun(run).restoreDurationMs
+      if (took !== undefined) metrics.observeRestoreDuration(entry.name, took / 1000)
+    },
     controllerHooks: metrics.controllerHooks("backupcheck"),
     queueHooks: metrics.queueHooks(entry.name),
   })
@@ -483,6 +488,17 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
             c.name,
             c.status,
             c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
+          )
+        }
+        // A fact of each check's last finished run (ADR 0009), so it changes only with the checks.
+        for (const c of entry.checks()) {
+          const run = c.status === undefined ? undefined : lastFinishedRun(c.status)
+          const age = run === undefined ? undefined : measureRun(run).dataAgeMs
+          metrics.setCheckRecoveryPointAge(
+            entry.name,
+            c.metadata.namespace ?? "",
+            c.metadata.name,
+            age === undefined ? undefined : age / 1000,
           )
         }
       }

@@ -34,7 +34,13 @@ import {
   type Phase,
   parseBackupCheck,
 } from "../api/backupcheck.ts"
-import { type Condition, findCondition, setStatusCondition, toKubeTime } from "../api/condition.ts"
+import {
+  type Condition,
+  findCondition,
+  removeStatusCondition,
+  setStatusCondition,
+  toKubeTime,
+} from "../api/condition.ts"
 import { finalizerName, reportingController } from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
@@ -45,6 +51,7 @@ import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../ob
 import { boundHistory, withRun } from "./history.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
 import { mergePatchOf } from "./merge-patch.ts"
+import { evaluateObjectives, lastFinishedRun } from "./objectives.ts"
 import { annotationSpecHash, renderRestoreJob } from "./restore-job.ts"
 import {
   jobNameFor,
@@ -71,6 +78,11 @@ export interface BackupCheckReconcilerOptions {
    * check). Called once per slot per hub process, and not when another hub recorded it first.
    */
   readonly onRunSkipped: (namespace: string, name: string) => void
+  /**
+   * A run's verdict was written (its record as lastRun and history hold it): called once per run by the
+   * hub process that wrote it, for the restore duration histogram.
+   */
+  readonly onRunRecorded: (namespace: string, name: string, run: LastRun) => void
 }
 
 /**
@@ -430,7 +442,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const owned = options.jobs.byIndex(ownerUidIndex, uid)
       let next: BackupCheckStatus = { ...recorded }
       /** Verdicts decided in this pass: logged, and given their verification span once written. */
-      const decided: Array<{ readonly run: LastRun; readonly verdict: Verdict }> = []
+      const decided: Array<{ readonly run: LastRun; readonly verdict: Verdict; readonly finished: LastRun }> =
+        []
 
       /**
        * lastRun becomes `run`. Verified keeps a verdict only while lastRun verified the same spec: a run
@@ -471,7 +484,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             message: verdict.message,
           })
         }
-        decided.push({ run, verdict })
+        decided.push({ run, verdict, finished })
       }
       const runningRecord = (job: V1Job, runID: string): LastRun => {
         const startTime = job.metadata?.creationTimestamp ? toKubeTime(createdAt(job)) : toKubeTime(now)
@@ -491,7 +504,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       }
       /** observedGeneration on the status and on Verified: the generation this status describes. */
       const finalize = (withHistory: BackupCheckStatus): BackupCheckStatus => {
-        const status = boundHistory(withHistory, spec.historyLimit)
+        const status = withObjectives(boundHistory(withHistory, spec.historyLimit))
         const verified = findVerified(status)
         return verified
           ? withVerified(status, {
@@ -501,10 +514,38 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             })
           : { ...status, observedGeneration: generation }
       }
+      /**
+       * The objective conditions (ADR 0009) for the last finished run of this spec; conditions of
+       * objectives the spec no longer sets are removed. observedGeneration as Verified's.
+       */
+      const withObjectives = (status: BackupCheckStatus): BackupCheckStatus => {
+        const finished = lastFinishedRun(status)
+        const run = finished !== undefined && hashOf(finished) === specHash ? finished : undefined
+        const evaluated = evaluateObjectives(spec.objectives, run)
+        let conditions = status.conditions ?? []
+        let changed = false
+        for (const type of [conditionTypes.RestoreTimeObjectiveMet, conditionTypes.DataAgeObjectiveMet]) {
+          const condition = evaluated.find((c) => c.type === type)
+          const result =
+            condition === undefined
+              ? removeStatusCondition(conditions, type)
+              : setStatusCondition(
+                  conditions,
+                  { ...condition, observedGeneration: generation },
+                  toKubeTime(now),
+                )
+          conditions = result.conditions
+          changed ||= result.changed
+        }
+        return changed ? { ...status, conditions } : status
+      }
       /** Writes the status; verdicts decided so far get their verification span once they are written. */
       const write = Effect.fnUntraced(function* (status: BackupCheckStatus) {
         check = yield* writeStatus(check, finalize(status))
-        for (const { run, verdict } of decided.splice(0)) yield* verificationSpan(run, verdict)
+        for (const { run, verdict, finished } of decided.splice(0)) {
+          options.onRunRecorded(ns, check.metadata.name, finished)
+          yield* verificationSpan(run, verdict)
+        }
       })
       const verificationSpan = Effect.fnUntraced(function* (run: LastRun, verdict: Verdict) {
         yield* Effect.logInfo("restore finished").pipe(

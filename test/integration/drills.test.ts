@@ -87,6 +87,8 @@ describe("restore drills on a real cluster", () => {
       ["historyLimit over 100", { historyLimit: 101 }, /spec.historyLimit/],
       ["negative historyLimit", { historyLimit: -1 }, /spec.historyLimit/],
       ["validation without a Job", { validation: {} }, /spec.validation.jobTemplate: Required/],
+      ["negative maxDataAge", { objectives: { maxDataAge: "-5m" } }, /spec.objectives.maxDataAge/],
+      ["zero maxRestoreDuration", { objectives: { maxRestoreDuration: "0s" } }, /must be greater than 0/],
     ]
     it.each(cases)("%s", async (_label, spec, message) => {
       const m = backupCheck(`invalid-${Math.random().toString(36).slice(2, 8)}`, ns, { spec })
@@ -305,6 +307,76 @@ describe("restore drills on a real cluster", () => {
         ["validation", "Failed", "ValidationTimedOut"],
       ])
     }, 60_000)
+  })
+
+  it("measures each run against its objectives: met, missed, with the measured values", async () => {
+    const report = (dataTimestamp: string) =>
+      JSON.stringify({ message: "counts match", dataTimestamp, counts: { rows: 42 } })
+    const validation = (dataTimestamp: string) => ({
+      jobTemplate: {
+        spec: {
+          template: {
+            metadata: { annotations: { "fleetcheck.io/simulate-message": report(dataTimestamp) } },
+            spec: { containers: [{ name: "validate", image: "validate:1" }] },
+          },
+        },
+      },
+    })
+    const fresh = new Date(Date.now() - 60_000).toISOString().replace(/\.\d{3}Z$/, "Z")
+    await create(
+      backupCheck("on-target", ns, {
+        spec: { objectives: { maxRestoreDuration: "30s", maxDataAge: "1h" }, validation: validation(fresh) },
+      }),
+    )
+    await create(
+      backupCheck("off-target", ns, {
+        spec: {
+          objectives: { maxRestoreDuration: "1s", maxDataAge: "1h" },
+          validation: validation("2026-11-01T00:00:00Z"),
+        },
+        annotations: { "fleetcheck.io/simulate-delay": "3s" },
+      }),
+    )
+    const objective = (obj: any, type: string) => obj.status.conditions.find((c: any) => c.type === type)
+    const onTarget = await waitUntil("on-target objectives", 30_000, async () => {
+      const o = await get("on-target")
+      return objective(o, "DataAgeObjectiveMet") && o.status.lastRun?.result === "Succeeded" ? o : undefined
+    })
+    expect(objective(onTarget, "RestoreTimeObjectiveMet")).toMatchObject({
+      status: "True",
+      reason: "ObjectiveMet",
+    })
+    expect(objective(onTarget, "RestoreTimeObjectiveMet").message).toMatch(
+      /restore took \d+s, within the objective 30s \(run g1\)/,
+    )
+    expect(objective(onTarget, "DataAgeObjectiveMet")).toMatchObject({
+      status: "True",
+      reason: "ObjectiveMet",
+    })
+    expect(objective(onTarget, "DataAgeObjectiveMet").message).toContain(`newest record ${fresh}`)
+    const offTarget = await waitUntil("off-target objectives", 30_000, async () => {
+      const o = await get("off-target")
+      return objective(o, "DataAgeObjectiveMet") && o.status.lastRun?.result === "Succeeded" ? o : undefined
+    })
+    expect(verified(offTarget).status).toBe("True") // objectives do not make a restore fail
+    expect(objective(offTarget, "RestoreTimeObjectiveMet")).toMatchObject({
+      status: "False",
+      reason: "ObjectiveMissed",
+    })
+    expect(objective(offTarget, "RestoreTimeObjectiveMet").message).toMatch(
+      /restore took [3-9]s, over the objective 1s/,
+    )
+    expect(objective(offTarget, "DataAgeObjectiveMet")).toMatchObject({
+      status: "False",
+      reason: "ObjectiveMissed",
+    })
+    expect(objective(offTarget, "DataAgeObjectiveMet").message).toMatch(
+      /restored data was \d+h\d+m\d+s old \(newest record 2026-11-01T00:00:00Z\), over the objective 1h/,
+    )
+    // Converged: the objective conditions are written once, not on every reconcile.
+    const rv = (await get("off-target")).metadata.resourceVersion
+    await new Promise((r) => setTimeout(r, 2_500))
+    expect((await get("off-target")).metadata.resourceVersion).toBe(rv)
   })
 
   it("starts a scheduled slot at its offset in the start window; nextRunTime is that start", async () => {

@@ -37,6 +37,7 @@ export const engineOptions = (
   mayWrite: Effect.succeed(true),
   lostLease: Effect.never,
   onRunSkipped: () => {},
+  onRunRecorded: () => {},
   onWatchFailure: () => {},
   controllerHooks: undefined,
   queueHooks: undefined,

@@ -114,6 +114,7 @@ const reconcilerFor = (
     jobs: storeOf(jobs, ownerIndex),
     runningPollMs: 2_000,
     onRunSkipped: (namespace, name) => void skipped.push(`${namespace}/${name}`),
+    onRunRecorded: () => {},
   })
   const run = reconcile({ cluster: "member", namespace: "shop", name: "orders", reconcileId: "r1" })
   return { run, sent: api.sent, skipped }

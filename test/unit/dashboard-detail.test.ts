@@ -15,6 +15,7 @@ const check = (status: unknown): BackupCheck => {
       schedule: "0 3 * * *",
       startWindow: "2h",
       timeout: "30m",
+      objectives: { maxRestoreDuration: "10m", maxDataAge: "26h" },
     },
     status,
   })
@@ -60,6 +61,22 @@ describe("check page", () => {
     assert.include(section, "2m5s")
     assert.include(text, "<dt>Start window</dt><dd>2h</dd>")
     assert.include(text, "<dt>Run history kept</dt><dd>31 runs</dd>")
+    assert.include(text, "<dt>Objectives</dt><dd>restore within 10m, data at most 26h old</dd>")
+  })
+
+  it("shows the objectives as the fleet view judged them, with the measured values", () => {
+    const judged: CheckView = {
+      ...view,
+      objectives: {
+        restoreTime: "False",
+        dataAge: "True",
+        restoreDurationSeconds: 725,
+        dataAgeSeconds: 3600,
+      },
+    }
+    const text = renderCheckPage(judged, check(undefined), cluster, opts)
+    assert.include(text, "restore time missed (12m5s)")
+    assert.include(text, "data age met (1h0m0s)")
   })
 
   it("says when no run has finished", () => {

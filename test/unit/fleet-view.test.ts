@@ -10,7 +10,13 @@ import {
   memberClusterStatus,
   parseLabelSelector,
 } from "../../src/hub/fleet-state.ts"
-import { healthyMember, syntheticFleet, t0, unreachableMember } from "../support/fleet-members.ts"
+import {
+  backupCheck,
+  healthyMember,
+  syntheticFleet,
+  t0,
+  unreachableMember,
+} from "../support/fleet-members.ts"
 
 const names = (v: { checks: ReadonlyArray<{ cluster: string; namespace: string; name: string }> }) =>
   v.checks.map((c) => `${c.cluster}/${c.namespace}/${c.name}`)
@@ -273,5 +279,78 @@ describe("MemberCluster CredentialsValid", () => {
     const c = credentials(m)
     assert.strictEqual(c?.reason, "CredentialsExpiringSoon")
     assert.include(c?.message ?? "", "cannot renew them: exec credential plugin did not finish")
+  })
+})
+
+describe("objectives in the fleet views", () => {
+  const withObjectives = (
+    name: string,
+    restore: "True" | "False" | undefined,
+    dataAge: "True" | "False" | undefined,
+  ) => {
+    const c = backupCheck({ namespace: "shop", name })
+    const condition = (type: string, status: string) => ({
+      type,
+      status,
+      observedGeneration: 1,
+      lastTransitionTime: "2026-11-29T03:01:00Z",
+      reason: status === "True" ? "ObjectiveMet" : "ObjectiveMissed",
+      message: "m",
+    })
+    return {
+      ...c,
+      spec: { ...c.spec, objectives: { maxRestoreDuration: "30s", maxDataAge: "26h" } },
+      status: {
+        ...c.status,
+        conditions: [
+          ...(c.status?.conditions ?? []),
+          ...(restore ? [condition("RestoreTimeObjectiveMet", restore)] : []),
+          ...(dataAge ? [condition("DataAgeObjectiveMet", dataAge)] : []),
+        ],
+        lastRun: {
+          ...c.status!.lastRun!,
+          phases: [
+            {
+              name: "restore" as const,
+              result: "Succeeded" as const,
+              startTime: "2026-11-29T03:00:00Z",
+              completionTime: "2026-11-29T03:00:41Z",
+              dataTimestamp: "2026-11-28T03:01:00Z",
+            },
+          ],
+        },
+      },
+    } as typeof c
+  }
+
+  it("shows each check's objective statuses and measures, and counts the misses per cluster and fleet", () => {
+    const member = healthyMember("m1", [{ namespace: "shop", name: "plain" }])
+    const checks = [
+      backupCheck({ namespace: "shop", name: "plain" }),
+      withObjectives("met", "True", "True"),
+      withObjectives("slow", "False", "True"),
+      withObjectives("new", undefined, undefined),
+    ]
+    const v = fleetView([{ ...member, checks: () => checks }], t0)
+    const byName = Object.fromEntries(v.checks.map((c) => [c.name, c.objectives]))
+    assert.isUndefined(byName.plain)
+    assert.deepStrictEqual(byName.met, {
+      restoreTime: "True",
+      dataAge: "True",
+      restoreDurationSeconds: 41,
+      dataAgeSeconds: 86_400,
+    })
+    assert.deepStrictEqual(byName.slow?.restoreTime, "False")
+    assert.deepStrictEqual(byName.new?.restoreTime, "Unknown")
+    assert.strictEqual(v.clusters[0]?.counts.objectivesMissed, 1)
+    assert.strictEqual(v.summary?.checks.objectivesMissed, 1)
+  })
+
+  it("an unreachable cluster's objectives count as Unknown, never as met or missed", () => {
+    const member = unreachableMember("down", [{ namespace: "shop", name: "met" }])
+    const v = fleetView([{ ...member, checks: () => [withObjectives("met", "True", "False")] }], t0)
+    assert.deepStrictEqual(v.checks[0]?.objectives?.restoreTime, "Unknown")
+    assert.deepStrictEqual(v.checks[0]?.objectives?.dataAge, "Unknown")
+    assert.strictEqual(v.clusters[0]?.counts.objectivesMissed, 0)
   })
 })

@@ -260,6 +260,9 @@ describe("metrics: names and labels", () => {
             "# HELP fleetcheck_backupcheck_last_success_timestamp_seconds Unix time of the BackupCheck's last successful verification (0: never)",
             "# TYPE fleetcheck_backupcheck_last_success_timestamp_seconds gauge",
             'fleetcheck_backupcheck_last_success_timestamp_seconds{cluster="east",namespace="db",name="nightly"} 0',
+            "",
+            "# HELP fleetcheck_recovery_point_age_seconds Age of the newest record in the restored data when the check's last run verified it (the structured termination message's dataTimestamp)",
+            "# TYPE fleetcheck_recovery_point_age_seconds gauge",
           ].join("\n")}\n`,
         )
         assert.strictEqual(sampleValue(parseExposition(viaRegistry), "workqueue_adds_total", queue), 1)
@@ -923,5 +926,49 @@ describe("metrics at fleet scale", () => {
       // 40,000 per-check lines at 4,000 per turn: at least 10 turns within the per-check families alone
       assert.isAtLeast(ticks, 10)
     }),
+  )
+})
+
+describe("restore drill metrics", () => {
+  it.effect(
+    "restore durations per cluster, recovery point age per check, removed with their check and cluster",
+    () =>
+      Effect.gen(function* () {
+        const metrics = makeMetrics()
+        metrics.initCluster("m1", { maxConcurrentReconciles: 1 })
+        let e = yield* scrape(metrics)
+        // No series before a member's first recorded run (an idle member adds nothing to a scrape).
+        assert.strictEqual(find(e, "fleetcheck_restore_duration_seconds_count").length, 0)
+        metrics.observeRestoreDuration("m1", 41)
+        metrics.observeRestoreDuration("m1", 4000)
+        metrics.observeRestoreDuration("m1", Number.NaN) // ignored
+        metrics.setCheckVerified("m1", "shop", "orders", "True")
+        metrics.setCheckRecoveryPointAge("m1", "shop", "orders", 3600)
+        metrics.setCheckRecoveryPointAge("m1", "shop", "unknown-check", 1) // no series before setCheckVerified
+        e = yield* scrape(metrics)
+        assert.strictEqual(sampleValue(e, "fleetcheck_restore_duration_seconds_count", { cluster: "m1" }), 2)
+        assert.strictEqual(bucket(e, "fleetcheck_restore_duration_seconds", { cluster: "m1" }, "60"), 1)
+        assert.strictEqual(bucket(e, "fleetcheck_restore_duration_seconds", { cluster: "m1" }, "7200"), 2)
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_recovery_point_age_seconds", {
+            cluster: "m1",
+            namespace: "shop",
+            name: "orders",
+          }),
+          3600,
+        )
+        assert.strictEqual(
+          find(e, "fleetcheck_recovery_point_age_seconds", { name: "unknown-check" }).length,
+          0,
+        )
+        metrics.setCheckRecoveryPointAge("m1", "shop", "orders", undefined)
+        e = yield* scrape(metrics)
+        assert.strictEqual(find(e, "fleetcheck_recovery_point_age_seconds").length, 0)
+        metrics.setCheckRecoveryPointAge("m1", "shop", "orders", 60)
+        metrics.forgetMember("m1")
+        e = yield* scrape(metrics)
+        assert.strictEqual(find(e, "fleetcheck_recovery_point_age_seconds").length, 0)
+        assert.strictEqual(find(e, "fleetcheck_restore_duration_seconds_count").length, 0)
+      }),
   )
 })

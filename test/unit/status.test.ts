@@ -2,7 +2,8 @@
 // fleet, not the first page; a page that fails mid-walk is exit 3, never a partial "all good".
 import type { Server } from "node:http"
 import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
-import { runStatus } from "../../src/cli/status.ts"
+import type { FleetView } from "../../src/api/fleet.ts"
+import { renderStatus, runStatus } from "../../src/cli/status.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { type Availability, startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
@@ -93,5 +94,55 @@ describe("fleetcheck status pages", () => {
   it("refuses a bad --limit", async () => {
     assert.strictEqual((await run(["--hub", hub, "--limit", "0"])).code, 2)
     assert.strictEqual((await run(["--hub", hub, "--limit", "x"])).code, 2)
+  })
+})
+
+// Objectives (spec.objectives): an OBJECTIVES column once any check has them, and how many missed one.
+const objectivesView = (withObjectives: boolean): FleetView => ({
+  generatedAt: "2026-12-01T03:00:00Z",
+  summary: {
+    clusters: 1,
+    healthyClusters: 1,
+    checks: {
+      total: 2,
+      verified: 2,
+      failed: 0,
+      unknown: 0,
+      ...(withObjectives ? { objectivesMissed: 1 } : {}),
+    },
+  },
+  clusters: [],
+  checks: [
+    {
+      cluster: "m1",
+      namespace: "shop",
+      name: "orders",
+      status: "True",
+      reason: "ValidationSucceeded",
+      message: "ok",
+      ...(withObjectives ? { objectives: { restoreTime: "False" as const, dataAge: "True" as const } } : {}),
+    },
+    {
+      cluster: "m1",
+      namespace: "shop",
+      name: "plain",
+      status: "True",
+      reason: "RestoreSucceeded",
+      message: "ok",
+    },
+  ],
+})
+
+describe("status with objectives", () => {
+  it("adds an OBJECTIVES column and a count of misses", () => {
+    const text = renderStatus(objectivesView(true))
+    assert.match(text, /LAST SUCCESS\s+OBJECTIVES\s+MESSAGE/)
+    assert.match(text, /orders\s+True\s+ValidationSucceeded\s+never\s+restore-time=False data-age=True\s+ok/)
+    assert.match(text, /1 check missed an objective/)
+  })
+
+  it("is unchanged without objectives", () => {
+    const text = renderStatus(objectivesView(false))
+    assert.notMatch(text, /OBJECTIVES|missed an objective/)
   })
 })

@@ -11,6 +11,7 @@ import {
   clusterHref,
   conditionBadge,
   href,
+  objectivesLine,
   page,
   pager,
   pageSlice,
@@ -147,6 +148,7 @@ ${facts([
   ["Since", check.lastTransitionTime ? time(check.lastTransitionTime) : undefined],
   ["Last success", time(check.lastSuccessfulTime, html`<span class="muted">never</span>`)],
   ["Next run", check.nextRunTime ? time(check.nextRunTime) : undefined],
+  ["Objectives", check.objectives ? objectivesLine(check) : undefined],
   [
     "Generation",
     `${object.metadata.generation ?? "?"} (observed ${object.status?.observedGeneration ?? "none yet"})`,
@@ -164,6 +166,23 @@ ${facts([
       : "once per spec generation",
   ],
   ["Start window", spec.startWindow],
+  [
+    "Objectives",
+    spec.objectives?.maxRestoreDuration || spec.objectives?.maxDataAge
+      ? [
+          spec.objectives.maxRestoreDuration ? `restore within ${spec.objectives.maxRestoreDuration}` : "",
+          spec.objectives.maxDataAge ? `data at most ${spec.objectives.maxDataAge} old` : "",
+        ]
+          .filter(Boolean)
+          .join(", ")
+      : undefined,
+  ],
+  [
+    "Validation",
+    spec.validation
+      ? spec.validation.jobTemplate.spec.template.spec.containers.map((c) => c.image).join(", ")
+      : undefined,
+  ],
   ["Timeout", spec.timeout],
   ["Max staleness", spec.maxStaleness],
   ["Suspended", spec.suspend ? "yes" : "no"],

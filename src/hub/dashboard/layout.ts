@@ -9,6 +9,7 @@
 // every page lives at the same level, so they work under any path prefix.
 import { createHash } from "node:crypto"
 import type { CheckView, ClusterView } from "../../api/fleet.ts"
+import { formatDuration } from "../../api/syntax.ts"
 import { type Html, html, type Interpolation, nothing, unsafeRaw } from "../html.ts"
 
 export const css = `
@@ -143,6 +144,26 @@ export const traceLink = (traceID: string | undefined, template: string | undefi
 const rowClass = (status: string) =>
   status === "False" ? "row-bad" : status === "Unknown" ? "row-unknown" : ""
 
+/** "Restore time ✓ 41s · Data age ✗ 30h0m0s": a check's objectives under its reason, when it has any. */
+export const objectivesLine = (c: CheckView): Html => {
+  const o = c.objectives
+  if (o === undefined) return nothing
+  const mark = (status: string | undefined) =>
+    status === "True" ? "met" : status === "False" ? "missed" : "unknown"
+  const value = (seconds: number | undefined) =>
+    seconds === undefined ? "" : ` (${formatDuration(seconds * 1000)})`
+  const parts: Html[] = []
+  if (o.restoreTime !== undefined)
+    parts.push(
+      html`<span class="${o.restoreTime === "False" ? "bad-text" : ""}">restore time ${mark(o.restoreTime)}${value(o.restoreDurationSeconds)}</span>`,
+    )
+  if (o.dataAge !== undefined)
+    parts.push(
+      html`<span class="${o.dataAge === "False" ? "bad-text" : ""}">data age ${mark(o.dataAge)}${value(o.dataAgeSeconds)}</span>`,
+    )
+  return html`<div class="objectives">${parts.map((p, i) => (i === 0 ? p : html` · ${p}`))}</div>`
+}
+
 /** The checks table (overview and cluster page); `withCluster` adds the cluster column. */
 export const checksTable = (
   id: string,
@@ -159,7 +180,7 @@ export const checksTable = (
   <td>${badge(c.status)}</td>
   ${opts.withCluster ? html`<td class="name"><a class="clamp" href="${clusterHref(c.cluster)}" title="${c.cluster}">${c.cluster}</a></td>` : nothing}
   <td class="name check-name"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
-  <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}</td>
+  <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}${objectivesLine(c)}</td>
   <td>${time(c.lastSuccessfulTime, html`<span class="muted">never</span>`)}</td>
   <td>${time(c.nextRunTime, html`<span class="muted">—</span>`)}</td>
   <td class="trace">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>

@@ -1,5 +1,6 @@
-// The per-check families, fleetcheck_backupcheck_verified and
-// fleetcheck_backupcheck_last_success_timestamp_seconds, kept out of prom-client: at 100,000 checks
+// The per-check families, fleetcheck_backupcheck_verified,
+// fleetcheck_backupcheck_last_success_timestamp_seconds and fleetcheck_recovery_point_age_seconds (only
+// checks whose last run reported a dataTimestamp), kept out of prom-client: at 100,000 checks
 // they are 200,000 series, and prom-client formats a family in one synchronous run (about 10 µs a
 // series, two seconds here) on the thread that also renews the Lease. Here each series' label text is
 // built once, when the check first appears, and a scrape writes the families a few thousand lines at a
@@ -29,6 +30,8 @@ interface CheckEntry {
   status: CheckVerifiedStatus
   /** Unix seconds of the last success; 0: never. */
   lastSuccess: number
+  /** Seconds: how old the restored data was when the last run verified it; undefined: not reported. */
+  recoveryPointAge: number | undefined
 }
 
 interface ClusterChecks {
@@ -41,6 +44,8 @@ export interface CheckSeries {
   /** The cluster's counts at zero (idempotent). */
   addCluster(cluster: string): void
   set(cluster: string, namespace: string, name: string, status: CheckVerifiedStatus, lastSuccess?: Date): void
+  /** The check's recovery point age (a check without series yet is skipped; undefined removes it). */
+  setRecoveryPointAge(cluster: string, namespace: string, name: string, seconds: number | undefined): void
   delete(cluster: string, namespace: string, name: string): void
   forgetCluster(cluster: string): void
   /** The two per-check families in the text format, written in slices of linesPerTurn lines. */
@@ -54,6 +59,9 @@ const verifiedName = "fleetcheck_backupcheck_verified"
 const verifiedHelp = "The BackupCheck's Verified condition: 1 True, 0 False, -1 Unknown"
 const lastSuccessName = "fleetcheck_backupcheck_last_success_timestamp_seconds"
 const lastSuccessHelp = "Unix time of the BackupCheck's last successful verification (0: never)"
+const recoveryPointAgeName = "fleetcheck_recovery_point_age_seconds"
+const recoveryPointAgeHelp =
+  "Age of the newest record in the restored data when the check's last run verified it (the structured termination message's dataTimestamp)"
 
 export const makeCheckSeries = (registry: Registry, mode: CheckSeriesMode): CheckSeries => {
   const clusters = new Map<string, ClusterChecks>()
@@ -85,7 +93,7 @@ export const makeCheckSeries = (registry: Registry, mode: CheckSeriesMode): Chec
   const renderFamily = async (
     name: string,
     help: string,
-    value: (e: CheckEntry) => number,
+    value: (e: CheckEntry) => number | undefined,
   ): Promise<string> => {
     const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} gauge`]
     let sinceYield = 0
@@ -94,8 +102,9 @@ export const makeCheckSeries = (registry: Registry, mode: CheckSeriesMode): Chec
       const state = clusters.get(cluster)
       if (state === undefined) continue
       for (const entry of state.checks.values()) {
-        if (!shown(entry)) continue
-        lines.push(`${name}${entry.labels} ${value(entry)}`)
+        const v = value(entry)
+        if (!shown(entry) || v === undefined) continue
+        lines.push(`${name}${entry.labels} ${v}`)
         if (++sinceYield >= linesPerTurn) {
           sinceYield = 0
           await yieldToEventLoop()
@@ -118,6 +127,7 @@ export const makeCheckSeries = (registry: Registry, mode: CheckSeriesMode): Chec
           labels: `{cluster="${escapeLabel(cluster)}",namespace="${escapeLabel(namespace)}",name="${escapeLabel(name)}"}`,
           status,
           lastSuccess: 0,
+          recoveryPointAge: undefined,
         }
         state.checks.set(key, entry)
         state.counts[status]++
@@ -129,6 +139,11 @@ export const makeCheckSeries = (registry: Registry, mode: CheckSeriesMode): Chec
       const millis = lastSuccess?.getTime()
       // an invalid Date keeps the previous value rather than exporting NaN
       if (millis !== undefined && Number.isFinite(millis)) entry.lastSuccess = millis / 1000
+    },
+    setRecoveryPointAge: (cluster, namespace, name, seconds) => {
+      const entry = clusters.get(cluster)?.checks.get(`${namespace}/${name}`)
+      if (entry === undefined) return
+      entry.recoveryPointAge = seconds !== undefined && Number.isFinite(seconds) ? seconds : undefined
     },
     delete: (cluster, namespace, name) => {
       const state = clusters.get(cluster)
@@ -147,7 +162,9 @@ export const makeCheckSeries = (registry: Registry, mode: CheckSeriesMode): Chec
       const verified = await renderFamily(verifiedName, verifiedHelp, (e) => verifiedValue[e.status])
       await yieldToEventLoop()
       const lastSuccess = await renderFamily(lastSuccessName, lastSuccessHelp, (e) => e.lastSuccess)
-      return `${verified}\n\n${lastSuccess}`
+      await yieldToEventLoop()
+      const age = await renderFamily(recoveryPointAgeName, recoveryPointAgeHelp, (e) => e.recoveryPointAge)
+      return `${verified}\n\n${lastSuccess}\n\n${age}`
     },
   }
 }

@@ -7,7 +7,7 @@
 //
 // Every prom-client family is listed by the labels it is keyed on (perMember, perInformer), and removal
 // walks those lists: a family added to a list is removed with its cluster without more code.
-import { Counter, Gauge, type Registry } from "prom-client"
+import { Counter, Gauge, Histogram, type Registry } from "prom-client"
 import { type CheckSeriesMode, type CheckVerifiedStatus, makeCheckSeries } from "./check-series.ts"
 import { fastGauge } from "./fast-series.ts"
 
@@ -32,10 +32,25 @@ export interface FleetGauges {
   incInformerRestarts(cluster: string, resource: string): void
   /** A scheduled slot was skipped because the previous run was still active (concurrencyPolicy Forbid). */
   incRunSkipped(cluster: string): void
+  /** A run's verdict was written: how long its restore phase took (once per run, by the hub that wrote it). */
+  observeRestoreDuration(cluster: string, seconds: number): void
+  /**
+   * The age of the restored data when the check's last run verified it (ADR 0009); undefined: no run
+   * reported a dataTimestamp. A per-check series (check-series.ts), shown as --check-metrics says.
+   */
+  setCheckRecoveryPointAge(
+    cluster: string,
+    namespace: string,
+    name: string,
+    seconds: number | undefined,
+  ): void
   addGlobalInflight(delta: number): void
   /** The per-check families in the text format, written a slice at a time (see check-series.ts). */
   renderChecks(): Promise<string>
 }
+
+/** Restores take seconds to hours: 1 s to 8 h. */
+export const restoreDurationBuckets = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800]
 
 interface ClusterState {
   readonly resources: Set<string>
@@ -79,6 +94,15 @@ export const makeFleetGauges = (
     labelNames: ["cluster"],
     registers,
   })
+  // Observed once per finished run, with the SPEC's `cluster` label: a member's 16 series appear with its
+  // first recorded run (not at zero: an idle member adds nothing to a fleet-scale scrape).
+  const restoreDuration = new Histogram({
+    name: "fleetcheck_restore_duration_seconds",
+    help: "How long the restore phase of each finished verification run took",
+    labelNames: ["cluster"],
+    buckets: restoreDurationBuckets,
+    registers,
+  })
   // touched twice per reconcile (permit acquired, released): a fast series, not prom-client's inc
   const globalInflight = fastGauge(
     {
@@ -90,7 +114,12 @@ export const makeFleetGauges = (
   ).series({})
 
   // keyed on {cluster} and {cluster, resource}
-  const perMember: ReadonlyArray<Gauge | Counter> = [memberConnected, memberReady, runsSkipped]
+  const perMember: ReadonlyArray<Gauge | Counter | Histogram> = [
+    memberConnected,
+    memberReady,
+    runsSkipped,
+    restoreDuration,
+  ]
   const perInformer: ReadonlyArray<Gauge | Counter> = [informerObjects, informerRestarts]
 
   const clusters = new Map<string, ClusterState>()
@@ -166,6 +195,12 @@ export const makeFleetGauges = (
       addCluster(cluster)
       runsSkipped.inc({ cluster })
     },
+    observeRestoreDuration: (cluster, seconds) => {
+      if (!Number.isFinite(seconds) || seconds < 0) return
+      addCluster(cluster)
+      restoreDuration.observe({ cluster }, seconds)
+    },
+    setCheckRecoveryPointAge: checkSeries.setRecoveryPointAge,
     addGlobalInflight: (delta) => {
       if (Number.isFinite(delta)) globalInflight.value += delta
     },

@@ -160,6 +160,11 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
       ensureCluster(cluster)
       fleet.incRunSkipped(cluster)
     },
+    observeRestoreDuration: (cluster, seconds) => {
+      ensureCluster(cluster)
+      fleet.observeRestoreDuration(cluster, seconds)
+    },
+    setCheckRecoveryPointAge: fleet.setCheckRecoveryPointAge,
     addGlobalInflight: fleet.addGlobalInflight,
   }
 }
