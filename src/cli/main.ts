@@ -4,6 +4,7 @@ import { runHubCommand } from "./hub.ts"
 import { registerUsage } from "./register/args.ts"
 import { runRegister } from "./register/register.ts"
 import { runUnregister } from "./register/unregister.ts"
+import { runReport } from "./report.ts"
 import { runStatus } from "./status.ts"
 
 const usage = `fleetcheck: proves that backups restore, across every cluster you run
@@ -12,6 +13,9 @@ Usage:
   fleetcheck hub [flags]         run the hub (in-cluster config or KUBECONFIG)
 ${registerUsage}  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o json]
                                  the fleet at a glance; exits 1 when anything is failing or unknown
+  fleetcheck report --since 30d [--hub URL] [--cluster NAME] [--format md|csv|json]
+                                 audit evidence: every check's runs in the period, pass rate, restore
+                                 times against the objective, last success, staleness and gaps
   fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
   fleetcheck help                this text
 
@@ -28,6 +32,8 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
       return runHubCommand(rest)
     case "status":
       return runStatus(rest)
+    case "report":
+      return runReport(rest)
     case "register":
       return runRegister(rest)
     case "unregister":

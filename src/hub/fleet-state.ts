@@ -23,6 +23,7 @@ import {
   missesObjective,
 } from "../api/fleet.ts"
 import type { CheckCounts, MemberClusterStatus, RegistrationSource } from "../api/membercluster.ts"
+import { buildReport, type Report, type ReportInput } from "../api/report.ts"
 import { kubeconfigRefusalReasons } from "../kubeconfig/policy.ts"
 import { lastFinishedRun, measureRun } from "../reconcile/objectives.ts"
 
@@ -648,4 +649,26 @@ export const fleetPage = (
     clusters,
     checks,
   }
+}
+
+/**
+ * Audit evidence for [start, end] from every cached check (or one cluster's): each check's run history
+ * with its Verified as the views show it now (Unknown while its cluster is unreachable).
+ */
+export const fleetReport = (
+  members: Iterable<MemberEntry>,
+  start: number,
+  end: number,
+  cluster?: string,
+): Report => {
+  const inputs: ReportInput[] = []
+  for (const m of members) {
+    if (cluster !== undefined && m.name !== cluster) continue
+    const views = new Map(checkViews(m).map((v) => [`${v.namespace}/${v.name}`, v.status]))
+    for (const check of m.checks()) {
+      const key = `${check.metadata.namespace}/${check.metadata.name}`
+      inputs.push({ cluster: m.name, check, verified: views.get(key) ?? "Unknown" })
+    }
+  }
+  return buildReport(inputs, start, end)
 }

@@ -13,6 +13,7 @@
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
+import { parseSince } from "../api/report.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { defaultHubConfig, type HubConfig } from "./config.ts"
 import { renderCheckPage, renderClusterPage } from "./dashboard/detail.ts"
@@ -25,6 +26,7 @@ import {
   type FleetView,
   filterFingerprint,
   fleetPage,
+  fleetReport,
   fleetView,
   type MemberEntry,
   parseLabelSelector,
@@ -167,6 +169,7 @@ const routes: Readonly<Record<string, ReadonlyArray<string>>> = {
   "/readyz": [],
   "/metrics": [],
   "/api/v1/fleet": [...filterParams, "limit", "continue"],
+  "/api/v1/report": ["since", "cluster"],
   "/": [...filterParams, "page"],
   "/cluster": ["name", "page"],
   "/check": ["cluster", "namespace", "name"],
@@ -245,6 +248,16 @@ const handle = async (
     }
     case "/metrics":
       return send(res, 200, options.metrics.contentType, await options.metrics.render())
+  }
+  if (path === "/api/v1/report") {
+    const available = options.availability()
+    if (!available.answers)
+      return sendJson(res, 503, { reason: available.reason, message: available.message })
+    if (!params.since) return fail(400, "BadRequest", "since is required (e.g. 30d)")
+    const now = Date.now()
+    const since = parseSince(params.since, now)
+    if ("error" in since) return fail(400, "BadRequest", since.error)
+    return sendJson(res, 200, fleetReport(options.members.values(), since.start, now, params.cluster))
   }
   const filter = readFilter(params)
   if (!filter.ok) return fail(400, "BadRequest", filter.error)

@@ -4,6 +4,7 @@
 // bounded by historyLimit. One fleet for the whole file; kwok's stages choose each Job's outcome.
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { buildReport } from "../../src/api/report.ts"
 import { parseDuration } from "../../src/api/syntax.ts"
 import { runIDForTime } from "../../src/reconcile/run-identity.ts"
 import { startOffsetMs } from "../../src/reconcile/schedule.ts"
@@ -170,6 +171,20 @@ describe("restore drills on a real cluster", () => {
     expect(history[2].backupName).toBe("history-backup")
     expect(history[0].traceID).toMatch(/^[0-9a-f]{32}$/)
     expect(history[0]).toEqual(obj.status.lastRun)
+    // The audit report over this check counts exactly these runs (the history keeps 3 of 5, and says so).
+    const report = buildReport(
+      [{ cluster: "member", check: obj, verified: "True" }],
+      Date.now() - 3_600_000,
+      Date.now(),
+    )
+    expect(report.totals).toMatchObject({ checks: 1, runs: 3, passed: 1, failed: 2 })
+    expect(report.checks[0]!.runs.map((r) => [r.runID, r.result, r.reason])).toEqual([
+      ["g5", "Succeeded", "RestoreSucceeded"],
+      ["g4", "Failed", "RestoreJobMissing"],
+      ["g3", "Failed", "RunSuperseded"],
+    ])
+    expect(report.checks[0]!.lastSuccessfulTime).toBe(obj.status.lastSuccessfulTime)
+    expect(report.checks[0]!.historyTruncated).toBe(true)
     // A lowered limit trims at once, without a new run; 0 removes the field.
     await patchSpec("history", { historyLimit: 1 })
     await waitUntil(

@@ -89,6 +89,7 @@ describe("import directions", () => {
     const cliTests = new Set([
       "test/unit/config.test.ts",
       "test/unit/status.test.ts",
+      "test/unit/report.test.ts",
       "test/unit/register-args.test.ts",
       "test/integration/register.test.ts",
       "test/integration/truth-table.test.ts",

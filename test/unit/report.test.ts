@@ -1,0 +1,250 @@
+// Audit evidence: the report's numbers from run histories (pure), the hub route /api/v1/report, and
+// `fleetcheck report` in md, csv and json against it.
+import type { Server } from "node:http"
+import { afterAll, assert, beforeAll, describe, it, vi } from "@effect/vitest"
+import type { BackupCheck, LastRun } from "../../src/api/backupcheck.ts"
+import { buildReport, parseSince, ReportSchema } from "../../src/api/report.ts"
+import { renderCsv, renderMarkdown, runReport } from "../../src/cli/report.ts"
+import { defaultHubConfig } from "../../src/hub/config.ts"
+import { startHubHttp } from "../../src/hub/http.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
+import { backupCheck, healthyMember, membersMap, unreachableMember } from "../support/fleet-members.ts"
+
+const day = 86_400_000
+const end = Date.parse("2026-12-01T00:00:00Z")
+const iso = (t: number) => new Date(t).toISOString().replace(/\.000Z$/, "Z")
+
+/** A daily run d days before `end`, restoring for `restore` seconds. */
+const run = (d: number, result: "Succeeded" | "Failed", restore = 60, reason?: string): LastRun => {
+  const start = end - d * day
+  return {
+    jobName: `orders-d${d}`,
+    runID: `s${d}`,
+    backupName: `orders-${d}`,
+    startTime: iso(start),
+    completionTime: iso(start + restore * 1000 + 5000),
+    result,
+    phases: [
+      {
+        name: "restore",
+        result,
+        reason: reason ?? (result === "Succeeded" ? "RestoreSucceeded" : "RestoreFailed"),
+        startTime: iso(start),
+        completionTime: iso(start + restore * 1000),
+      },
+    ],
+    traceID: "a".repeat(32),
+  }
+}
+
+const checkWith = (
+  name: string,
+  history: LastRun[],
+  extra: Partial<BackupCheck["spec"]> = {},
+): BackupCheck => {
+  const c = backupCheck({ namespace: "shop", name })
+  const lastSuccess = history.find((r) => r.result === "Succeeded")?.completionTime
+  return {
+    ...c,
+    spec: { ...c.spec, historyLimit: 31, ...extra },
+    status: {
+      ...c.status,
+      history,
+      ...(history[0] ? { lastRun: history[0] } : {}),
+      ...(lastSuccess ? { lastSuccessfulTime: lastSuccess } : { lastSuccessfulTime: undefined }),
+    },
+  } as BackupCheck
+}
+
+// orders: 10 daily runs (days 1..10), days 4 and 7 failed, day 2 took 20 minutes (objective 10m); one
+// run 40 days ago lies outside a 30-day period.
+const orders = checkWith(
+  "orders",
+  [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 40].map((d) =>
+    run(d, d === 4 || d === 7 ? "Failed" : "Succeeded", d === 2 ? 1200 : 60 + d),
+  ),
+  { objectives: { maxRestoreDuration: "10m" } },
+)
+const idle = checkWith("idle", [])
+
+describe("buildReport", () => {
+  it("counts the period's runs, pass rate, durations against the objective, staleness and gaps", () => {
+    const r = buildReport(
+      [
+        { cluster: "m1", check: orders, verified: "True" },
+        { cluster: "m1", check: idle, verified: "Unknown" },
+      ],
+      end - 30 * day,
+      end,
+    )
+    assert.isTrue(ReportSchema.safeParse(r).success)
+    const o = r.checks.find((c) => c.name === "orders")!
+    assert.strictEqual(o.runs.length, 10)
+    assert.deepStrictEqual([o.passed, o.failed, o.passRate], [8, 2, 0.8])
+    assert.deepStrictEqual(o.restoreSeconds, { min: 61, median: 67, max: 1200 })
+    assert.strictEqual(o.restoreObjectiveMissed, 1)
+    assert.strictEqual(o.lastSuccessfulTime, iso(end - day + 66_000))
+    assert.strictEqual(o.stalenessSeconds, 86_400 - 66)
+    // From the period's start (day 30) to the first success in it (day 10): 20 days.
+    assert.strictEqual(o.longestGapSeconds, 20 * 86_400 + 75)
+    assert.isFalse(o.historyTruncated)
+    assert.deepStrictEqual(o.runs[0], {
+      runID: "s1",
+      backupName: "orders-1",
+      startTime: iso(end - day),
+      completionTime: iso(end - day + 66_000),
+      result: "Succeeded",
+      reason: "RestoreSucceeded",
+      restoreSeconds: 61,
+      traceID: "a".repeat(32),
+    })
+    const i = r.checks.find((c) => c.name === "idle")!
+    assert.deepStrictEqual([i.runs.length, i.passRate, i.longestGapSeconds], [0, null, 30 * 86_400])
+    assert.deepStrictEqual(r.totals, {
+      checks: 2,
+      runs: 10,
+      passed: 8,
+      failed: 2,
+      passRate: 0.8,
+      restoreObjectiveMissed: 1,
+      checksWithoutSuccess: 1,
+    })
+    assert.deepStrictEqual(
+      r.controls.map((c) => c.id),
+      ["ISO/IEC 27001:2022 A.8.13", "SOC 2 A1.2", "NIST SP 800-53 CP-9(2)", "DORA Art. 12"],
+    )
+  })
+
+  it("says when the history limit may have dropped runs of the period", () => {
+    const full = checkWith(
+      "full",
+      [1, 2, 3].map((d) => run(d, "Succeeded")),
+      { historyLimit: 3 },
+    )
+    const r = buildReport([{ cluster: "m1", check: full, verified: "True" }], end - 30 * day, end)
+    assert.isTrue(r.checks[0]!.historyTruncated)
+  })
+
+  it("parses --since as days, Go durations or a time, within a year", () => {
+    assert.deepStrictEqual(parseSince("30d", end), { start: end - 30 * day })
+    assert.deepStrictEqual(parseSince("72h", end), { start: end - 3 * day })
+    assert.deepStrictEqual(parseSince("2026-11-01T00:00:00Z", end), {
+      start: Date.parse("2026-11-01T00:00:00Z"),
+    })
+    for (const bad of ["yesterday", "-3d", "400d", "2027-01-01T00:00:00Z", ""])
+      assert.isTrue("error" in parseSince(bad, end), bad)
+  })
+
+  it("renders markdown with the controls, and csv with one row per run, defusing formulas", () => {
+    const evil = checkWith("evil", [run(1, "Succeeded")])
+    const r = buildReport(
+      [
+        { cluster: "m1", check: orders, verified: "True" },
+        {
+          cluster: "m1",
+          check: { ...evil, spec: { ...evil.spec, backup: { name: '=HYPERLINK("x"),|a' } } },
+          verified: "True",
+        },
+      ],
+      end - 30 * day,
+      end,
+    )
+    const md = renderMarkdown(r)
+    assert.include(md, "- ISO/IEC 27001:2022 A.8.13:")
+    assert.include(md, "11 runs: 9 passed, 2 failed (pass rate 81.8%)")
+    assert.match(
+      md,
+      /\| m1 \| shop \| orders \| orders-backup \| True \| 10 \| 8 \| 2 \| 80\.0% \| 1m1s \/ 1m7s \/ 20m0s \| 10m \| 1 \|/,
+    )
+    assert.include(md, '=HYPERLINK("x"),\\|a')
+    const csv = renderCsv(r).trim().split("\n")
+    assert.strictEqual(csv.length, 1 + 11)
+    assert.strictEqual(
+      csv[0],
+      "cluster,namespace,check,backup,verified_now,run_id,run_backup,start_time,completion_time,result,reason,restore_seconds,max_restore_duration,trace_id",
+    )
+    assert.include(csv[1]!, `"'=HYPERLINK(""x""),|a"`)
+  })
+})
+
+describe("/api/v1/report and fleetcheck report", () => {
+  let server: Server | undefined
+  let hub = ""
+  beforeAll(async () => {
+    const m1 = healthyMember("m1", [])
+    const down = unreachableMember("down", [])
+    const members = membersMap([
+      { ...m1, checks: () => [orders, idle] },
+      { ...down, checks: () => [checkWith("far", [run(1, "Succeeded")])] },
+    ])
+    const s = await startHubHttp({
+      config: defaultHubConfig,
+      host: "127.0.0.1",
+      port: 0,
+      members,
+      metrics: makeMetrics(),
+      availability: () => ({ answers: true }),
+      isLeader: () => true,
+      identity: "hub-test",
+    })
+    server = s.server
+    hub = `http://127.0.0.1:${s.port}`
+  })
+  afterAll(() => new Promise<void>((r) => (server ? server.close(() => r()) : r())))
+
+  const capture = async (args: string[]) => {
+    let out = ""
+    let err = ""
+    const o = vi.spyOn(process.stdout, "write").mockImplementation((s) => {
+      out += String(s)
+      return true
+    })
+    const e = vi.spyOn(process.stderr, "write").mockImplementation((s) => {
+      err += String(s)
+      return true
+    })
+    try {
+      return { code: await runReport(args), out, err }
+    } finally {
+      o.mockRestore()
+      e.mockRestore()
+    }
+  }
+
+  it("serves the report; an unreachable cluster's checks are Unknown now, their history still counts", async () => {
+    const res = await fetch(`${hub}/api/v1/report?since=30d`)
+    assert.strictEqual(res.status, 200)
+    const r = ReportSchema.parse(await res.json())
+    assert.deepStrictEqual(
+      r.checks.map((c) => `${c.cluster}/${c.name}/${c.verified}/${c.runs.length}`),
+      ["down/far/Unknown/1", "m1/idle/True/0", "m1/orders/True/10"],
+    )
+    const one = ReportSchema.parse(await (await fetch(`${hub}/api/v1/report?since=30d&cluster=down`)).json())
+    assert.strictEqual(one.checks.length, 1)
+    for (const [query, message] of [
+      ["", /since is required/],
+      ["?since=soon", /since must be days/],
+      ["?since=30d&limit=1", /unknown query parameter "limit"/],
+    ] as const) {
+      const bad = await fetch(`${hub}/api/v1/report${query}`)
+      assert.strictEqual(bad.status, 400)
+      assert.match(((await bad.json()) as { message: string }).message, message)
+    }
+  })
+
+  it("writes md, csv and json, and exits 2 on bad arguments and 3 when the hub cannot answer", async () => {
+    const md = await capture(["--hub", hub, "--since", "30d"])
+    assert.strictEqual(md.code, 0)
+    assert.include(md.out, "# Backup restore verification report")
+    const csv = await capture(["--hub", hub, "--since", "30d", "--cluster", "m1", "--format", "csv"])
+    assert.strictEqual(csv.out.trim().split("\n").length, 1 + 10 + 1) // orders' runs, idle's empty row
+    const json = await capture(["--hub", hub, "--since", "30d", "--format", "json"])
+    assert.strictEqual(ReportSchema.parse(JSON.parse(json.out)).totals.runs, 11)
+    assert.strictEqual((await capture(["--hub", hub])).code, 2)
+    assert.strictEqual((await capture(["--hub", hub, "--since", "30d", "--format", "xml"])).code, 2)
+    const bad = await capture(["--hub", hub, "--since", "soon"])
+    assert.strictEqual(bad.code, 3)
+    assert.match(bad.err, /since must be days/)
+    assert.strictEqual((await capture(["--hub", "http://127.0.0.1:9", "--since", "30d"])).code, 3)
+  })
+})
