@@ -7,6 +7,7 @@ import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { makeMetrics } from "../observability/metrics/index.ts"
 import { TracingLive, type TracingOptions } from "../observability/tracing.ts"
+import { VerdictLogLive, type VerdictLogOptions } from "../observability/verdict-log.ts"
 import type { HubConfig } from "./config.ts"
 import { type HubHandle, runHub } from "./hub.ts"
 import { makeLeaderIdentity } from "./leader-election.ts"
@@ -24,6 +25,8 @@ export interface LaunchOptions {
   readonly tracing?: TracingOptions
   /** The hub's metrics; unset: a fresh registry (benchmarks pass their own to observe the hooks). */
   readonly metrics?: FleetMetrics
+  /** Verdict log records (default: from the OTEL_* environment, like traces). */
+  readonly verdictLog?: VerdictLogOptions
 }
 
 export interface LaunchedHub extends HubHandle {
@@ -59,7 +62,11 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
     // Built into the hub's scope: the tracer provider must outlive this call and flush on stop.
     const services = await Effect.runPromise(
       Layer.buildWithScope(
-        Layer.merge(logging, TracingLive({ serviceName: "fleetcheck-hub", ...options.tracing })),
+        Layer.mergeAll(
+          logging,
+          TracingLive({ serviceName: "fleetcheck-hub", ...options.tracing }),
+          VerdictLogLive({ serviceName: "fleetcheck-hub", ...options.verdictLog }),
+        ),
         scope,
       ),
     )

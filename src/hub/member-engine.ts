@@ -61,7 +61,7 @@ export interface MemberEngineOptions {
   /** A scheduled slot was skipped (concurrencyPolicy Forbid), for the metrics. */
   readonly onRunSkipped: (namespace: string, name: string) => void
   /** A run's verdict was written by this hub (see the reconciler's option). */
-  readonly onRunRecorded: (namespace: string, name: string, run: LastRun) => void
+  readonly onRunRecorded: (namespace: string, name: string, run: LastRun, traceparent: string) => void
   readonly controllerHooks: ControllerHooks | undefined
   readonly queueHooks: WorkQueueMetricsHooks | undefined
 }

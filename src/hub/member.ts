@@ -2,7 +2,7 @@
 // its engine, a health probe with failure/success thresholds, a cache-sync watch with a timeout (a
 // member that cannot sync shows why and never blocks the others), and the MemberCluster status
 // writer. Interrupting the fiber closes the member's scope: workers drain, sockets close.
-import { Clock, Deferred, Effect, Queue, type Scope } from "effect"
+import { Clock, Deferred, Effect, Option, Queue, type Scope } from "effect"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
@@ -10,6 +10,7 @@ import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient, type KubeEr
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import { credentialsExpiringSoon } from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
+import { VerdictLog } from "../observability/verdict-log.ts"
 import { jsonEqual } from "../reconcile/merge-patch.ts"
 import { lastFinishedRun, measureRun } from "../reconcile/objectives.ts"
 import type { HubConfig } from "./config.ts"
@@ -307,6 +308,8 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const onWatchFailure = (error: KubeError) => {
     if (error._tag === "KubeTransportError") Deferred.doneUnsafe(wakeProbe, Effect.void)
   }
+  // The verdict log is the hub's (launch provides it); engines started without one emit nothing.
+  const verdictLog = yield* Effect.serviceOption(VerdictLog)
   const engine = yield* startMemberEngine({
     onWatchFailure,
     cluster: entry.name,
@@ -323,9 +326,11 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     mayWrite: deps.fence.mayWrite,
     lostLease: deps.fence.lostLease,
     onRunSkipped: () => metrics.incRunSkipped(entry.name),
-    onRunRecorded: (_namespace, _name, run) => {
+    onRunRecorded: (namespace, name, run, traceparent) => {
       const took = measureRun(run).restoreDurationMs
       if (took !== undefined) metrics.observeRestoreDuration(entry.name, took / 1000)
+      if (Option.isSome(verdictLog))
+        verdictLog.value.emit({ cluster: entry.name, namespace, name, run, traceparent })
     },
     controllerHooks: metrics.controllerHooks("backupcheck"),
     queueHooks: metrics.queueHooks(entry.name),

@@ -82,7 +82,7 @@ export interface BackupCheckReconcilerOptions {
    * A run's verdict was written (its record as lastRun and history hold it): called once per run by the
    * hub process that wrote it, for the restore duration histogram.
    */
-  readonly onRunRecorded: (namespace: string, name: string, run: LastRun) => void
+  readonly onRunRecorded: (namespace: string, name: string, run: LastRun, traceparent: string) => void
 }
 
 /**
@@ -543,7 +543,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const write = Effect.fnUntraced(function* (status: BackupCheckStatus) {
         check = yield* writeStatus(check, finalize(status))
         for (const { run, verdict, finished } of decided.splice(0)) {
-          options.onRunRecorded(ns, check.metadata.name, finished)
+          options.onRunRecorded(ns, check.metadata.name, finished, traceparentFor(uid, run.runID).traceparent)
           yield* verificationSpan(run, verdict)
         }
       })
