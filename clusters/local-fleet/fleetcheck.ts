@@ -7,6 +7,7 @@ import {
   apiGroup,
   backupCheckPlural,
   defaultHubNamespace,
+  fleetBackupCheckPlural,
   memberClusterPlural,
   registrationKubeconfigKey,
   registrationLabel,
@@ -70,9 +71,13 @@ const installCrd = async (cluster: LocalCluster, what: string, plural: string) =
   )
 }
 
-/** The MemberCluster CRD and the hub namespace in the hub; the BackupCheck CRD (served) in each member. */
+/**
+ * The MemberCluster and FleetBackupCheck CRDs and the hub namespace in the hub; the BackupCheck CRD
+ * (served) in each member.
+ */
 export const installFleetcheck = async (hub: LocalCluster, members: ReadonlyArray<LocalCluster>) => {
   await installCrd(hub, "hub CRD", memberClusterPlural)
+  await installCrd(hub, "hub CRD", fleetBackupCheckPlural)
   await hub.api("POST", "/api/v1/namespaces", { metadata: { name: defaultHubNamespace } })
   for (const m of members) await installCrd(m, `${m.name} CRD`, backupCheckPlural)
 }

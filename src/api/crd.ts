@@ -1,12 +1,15 @@
 import { stringify } from "yaml"
 import * as z from "zod"
 import { BackupCheckSpecSchema, BackupCheckStatusSchema } from "./backupcheck.ts"
+import { FleetBackupCheckSpecSchema, FleetBackupCheckStatusSchema } from "./fleetbackupcheck.ts"
 import { MemberClusterSpecSchema, MemberClusterStatusSchema } from "./membercluster.ts"
 import {
   apiGroup,
   apiVersionName,
   backupCheckKind,
   backupCheckPlural,
+  fleetBackupCheckKind,
+  fleetBackupCheckPlural,
   memberClusterKind,
   memberClusterPlural,
 } from "./names.ts"
@@ -291,6 +294,32 @@ export const memberClusterCrd = (): CustomResourceDefinition =>
     }),
   })
 
+export const fleetBackupCheckCrd = (): CustomResourceDefinition =>
+  crd({
+    kind: fleetBackupCheckKind,
+    plural: fleetBackupCheckPlural,
+    shortNames: ["fbc"],
+    scope: "Namespaced",
+    columns: [
+      conditionColumn("Fleet Verified", "FleetVerified", "status"),
+      conditionColumn("Reason", "FleetVerified", "reason"),
+      { name: "Selected", type: "integer", jsonPath: ".status.counts.selected" },
+      { name: "Placed", type: "integer", jsonPath: ".status.counts.placed" },
+      { name: "Verified", type: "integer", jsonPath: ".status.counts.verified" },
+      ageColumn,
+      { name: "Failed", type: "integer", jsonPath: ".status.counts.failed", priority: 1 },
+      { name: "Unknown", type: "integer", jsonPath: ".status.counts.unknown", priority: 1 },
+      { ...conditionColumn("Placement", "Placed", "reason"), priority: 1 },
+    ],
+    schema: rootSchema({
+      description:
+        "FleetBackupCheck places a BackupCheck in every member cluster whose MemberCluster labels match spec.clusterSelector, keeps those checks equal to spec.template, and reports whether the whole selection verified (condition FleetVerified). Lives in the hub's namespace.",
+      spec: crdSchemaOf(FleetBackupCheckSpecSchema),
+      status: crdSchemaOf(FleetBackupCheckStatusSchema),
+      specRequired: true,
+    }),
+  })
+
 export const crdFileName = (crd: CustomResourceDefinition): string =>
   `${crd.spec.group}_${crd.spec.names.plural}.yaml`
 
@@ -301,4 +330,6 @@ export const renderCrd = (crd: CustomResourceDefinition): string =>
 
 /** YAML text of every CRD, keyed by file name under deploy/crds/. */
 export const renderCrds = (): Record<string, string> =>
-  Object.fromEntries([backupCheckCrd(), memberClusterCrd()].map((c) => [crdFileName(c), renderCrd(c)]))
+  Object.fromEntries(
+    [backupCheckCrd(), memberClusterCrd(), fleetBackupCheckCrd()].map((c) => [crdFileName(c), renderCrd(c)]),
+  )

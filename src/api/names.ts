@@ -11,6 +11,9 @@ export const backupCheckKind = "BackupCheck"
 export const backupCheckPlural = "backupchecks"
 export const memberClusterKind = "MemberCluster"
 export const memberClusterPlural = "memberclusters"
+/** FleetBackupCheck (hub, namespaced): a BackupCheck template placed in every member a selector picks. */
+export const fleetBackupCheckKind = "FleetBackupCheck"
+export const fleetBackupCheckPlural = "fleetbackupchecks"
 
 /** The hub's finalizer on every BackupCheck it manages. */
 export const finalizerName = "fleetcheck.io/cleanup"
@@ -42,6 +45,16 @@ export const labelBackupCheck = "fleetcheck.io/backupcheck"
 export const labelRun = "fleetcheck.io/run"
 /** On validation Jobs only: `validation` (a Job without it is its run's restore Job). */
 export const labelPhase = "fleetcheck.io/phase"
+/** On every BackupCheck a FleetBackupCheck placed: `<namespace>.<name>` of that FleetBackupCheck. */
+export const labelFleetBackupCheck = "fleetcheck.io/fleetbackupcheck"
+/** On a placed BackupCheck: the hash of the template it was written from (skips no-op updates). */
+export const annotationTemplateHash = "fleetcheck.io/template-hash"
+/**
+ * The hub's finalizer on each FleetBackupCheck: it stays until every BackupCheck placed from it is gone
+ * (or its member is).
+ */
+export const placementFinalizer = "fleetcheck.io/placement"
+
 /** The run's W3C traceparent, recorded on its Job. */
 export const annotationTraceparent = "fleetcheck.io/traceparent"
 

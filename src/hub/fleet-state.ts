@@ -24,6 +24,8 @@ import {
 } from "../api/fleet.ts"
 import type { CheckCounts, MemberClusterStatus, RegistrationSource } from "../api/membercluster.ts"
 import { buildReport, type Report, type ReportInput } from "../api/report.ts"
+import type { InformerSet } from "../engine/informer/informer-set.ts"
+import type { KubeClient } from "../kube/client.ts"
 import { kubeconfigRefusalReasons } from "../kubeconfig/policy.ts"
 import { lastFinishedRun, measureRun } from "../reconcile/objectives.ts"
 
@@ -68,6 +70,8 @@ export interface MemberEntry {
   catchingUp: boolean
   /** Reads the member's BackupCheck cache. */
   checks: () => ReadonlyArray<BackupCheck>
+  /** While an engine runs: its fenced client and check cache, for hub controllers acting in the member. */
+  access?: MemberAccess
   /** The MemberCluster status last written (keeps lastTransitionTimes stable across views). */
   lastStatus?: MemberClusterStatus
   /**
@@ -80,6 +84,16 @@ export interface MemberEntry {
     readonly status: MemberClusterStatus | undefined
     readonly at: number
   }
+}
+
+/** What a hub controller other than the member's own engine (placement) may use of a running engine. */
+export interface MemberAccess {
+  /** The engine's client: writes fenced by the leader's lease, I/O under the global limit. */
+  readonly client: KubeClient
+  /** The engine's BackupCheck cache; handlers only enqueue keys. */
+  readonly checks: Pick<InformerSet<BackupCheck>, "store" | "addHandler">
+  /** The member's scope (fleetcheck.io/namespaces); undefined means cluster-wide. */
+  readonly namespaces: ReadonlyArray<string> | undefined
 }
 
 export const newMemberEntry = (name: string, labels: Record<string, string>): MemberEntry => ({
@@ -121,51 +135,58 @@ export const isReachable = (m: MemberEntry): boolean => unseenBecause(m) === und
  */
 export const checkViews = (m: MemberEntry): CheckView[] => {
   const unseen = unseenBecause(m)
-  return m.checks().map((c) => {
-    const verified = findCondition(c.status?.conditions, "Verified")
-    const base = {
-      cluster: m.name,
-      namespace: c.metadata.namespace ?? "",
-      name: c.metadata.name,
-      ...(c.status?.lastSuccessfulTime ? { lastSuccessfulTime: c.status.lastSuccessfulTime } : {}),
-      ...(c.status?.nextRunTime ? { nextRunTime: c.status.nextRunTime } : {}),
-      ...(c.status?.lastRun?.traceID ? { traceID: c.status.lastRun.traceID } : {}),
-      ...(c.status?.lastRun?.runID ? { runID: c.status.lastRun.runID } : {}),
-    }
-    if (unseen) {
-      return {
-        ...base,
-        ...objectivesView(c, false),
-        status: "Unknown" as const,
-        reason: unseen.reason,
-        message: `${unseen.message}; last known: ${verified?.status ?? "Unknown"}${verified?.reason ? `/${verified.reason}` : ""}`,
-      }
-    }
-    const generation = c.metadata.generation
-    const verdictGeneration = verified?.observedGeneration ?? c.status?.observedGeneration
-    if (
-      verified &&
-      generation !== undefined &&
-      verdictGeneration !== undefined &&
-      verdictGeneration < generation
-    ) {
-      return {
-        ...base,
-        ...objectivesView(c, false),
-        status: "Unknown" as const,
-        reason: "GenerationNotVerified",
-        message: `generation ${generation} of the spec is not verified yet; last verdict (generation ${verdictGeneration}): ${verified.status}/${verified.reason}`,
-      }
-    }
+  return m.checks().map((c) => checkView(m, c, unseen))
+}
+
+/** One cached check as every view shows it (see checkViews); `unseen` is unseenBecause(m). */
+export const checkView = (
+  m: MemberEntry,
+  c: BackupCheck,
+  unseen: { reason: string; message: string } | undefined = unseenBecause(m),
+): CheckView => {
+  const verified = findCondition(c.status?.conditions, "Verified")
+  const base = {
+    cluster: m.name,
+    namespace: c.metadata.namespace ?? "",
+    name: c.metadata.name,
+    ...(c.status?.lastSuccessfulTime ? { lastSuccessfulTime: c.status.lastSuccessfulTime } : {}),
+    ...(c.status?.nextRunTime ? { nextRunTime: c.status.nextRunTime } : {}),
+    ...(c.status?.lastRun?.traceID ? { traceID: c.status.lastRun.traceID } : {}),
+    ...(c.status?.lastRun?.runID ? { runID: c.status.lastRun.runID } : {}),
+  }
+  if (unseen) {
     return {
       ...base,
-      ...objectivesView(c, true),
-      status: verified?.status ?? "Unknown",
-      reason: verified?.reason ?? "NotYetReconciled",
-      message: verified?.message ?? "",
-      ...(verified?.lastTransitionTime ? { lastTransitionTime: verified.lastTransitionTime } : {}),
+      ...objectivesView(c, false),
+      status: "Unknown" as const,
+      reason: unseen.reason,
+      message: `${unseen.message}; last known: ${verified?.status ?? "Unknown"}${verified?.reason ? `/${verified.reason}` : ""}`,
     }
-  })
+  }
+  const generation = c.metadata.generation
+  const verdictGeneration = verified?.observedGeneration ?? c.status?.observedGeneration
+  if (
+    verified &&
+    generation !== undefined &&
+    verdictGeneration !== undefined &&
+    verdictGeneration < generation
+  ) {
+    return {
+      ...base,
+      ...objectivesView(c, false),
+      status: "Unknown" as const,
+      reason: "GenerationNotVerified",
+      message: `generation ${generation} of the spec is not verified yet; last verdict (generation ${verdictGeneration}): ${verified.status}/${verified.reason}`,
+    }
+  }
+  return {
+    ...base,
+    ...objectivesView(c, true),
+    status: verified?.status ?? "Unknown",
+    reason: verified?.reason ?? "NotYetReconciled",
+    message: verified?.message ?? "",
+    ...(verified?.lastTransitionTime ? { lastTransitionTime: verified.lastTransitionTime } : {}),
+  }
 }
 
 /**

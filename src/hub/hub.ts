@@ -13,6 +13,7 @@ import type { HubConfig } from "./config.ts"
 import type { MemberEntry } from "./fleet-state.ts"
 import { type Availability, startHubHttp } from "./http.ts"
 import { makeLeaderElector } from "./leader-election.ts"
+import { runPlacement } from "./placement/controller.ts"
 import { runRegistration } from "./registration.ts"
 
 export interface HubOptions {
@@ -115,6 +116,14 @@ export const runHub = Effect.fnUntraced(function* (
       }),
     )
     yield* Effect.logInfo("leading: starting registration and member engines")
+    yield* runPlacement({
+      hubClient,
+      namespace: config.namespace,
+      members,
+      statusIntervalMs: config.statusIntervalMs,
+      resyncMs: config.resyncPeriodMs,
+      reportingInstance: identity,
+    })
     yield* runRegistration({
       hubClient,
       config,

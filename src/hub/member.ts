@@ -337,6 +337,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   })
   entry.engineRunning = true
   entry.checks = () => engine.checks.store.list()
+  entry.access = { client: engine.client, checks: engine.checks, namespaces: spec.namespaces }
   metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
   // Series follow the objects: a deleted check's go with it, a stopped member's with the member.
   engine.checks.addHandler({
@@ -348,6 +349,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       entry.synced = false
       entry.catchingUp = false
       entry.checks = () => []
+      delete entry.access
       metrics.forgetMember(entry.name)
     }),
   )

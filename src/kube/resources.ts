@@ -1,12 +1,23 @@
 // The resources fleetcheck reads and writes, as ResourceRefs: paths are always built by resourcePath
 // from these, never by hand. `at(ref, where)` fills in namespace, name and subresource.
-import { apiGroup, apiVersionName, backupCheckPlural, memberClusterPlural } from "../api/names.ts"
+import {
+  apiGroup,
+  apiVersionName,
+  backupCheckPlural,
+  fleetBackupCheckPlural,
+  memberClusterPlural,
+} from "../api/names.ts"
 import { type ResourceRef, resourcePath } from "./client.ts"
 
 type Kind = Pick<ResourceRef, "group" | "version" | "plural">
 
 export const backupChecks: Kind = { group: apiGroup, version: apiVersionName, plural: backupCheckPlural }
 export const memberClusters: Kind = { group: apiGroup, version: apiVersionName, plural: memberClusterPlural }
+export const fleetBackupChecks: Kind = {
+  group: apiGroup,
+  version: apiVersionName,
+  plural: fleetBackupCheckPlural,
+}
 export const jobs: Kind = { group: "batch", version: "v1", plural: "jobs" }
 export const pods: Kind = { group: "", version: "v1", plural: "pods" }
 export const secrets: Kind = { group: "", version: "v1", plural: "secrets" }

@@ -126,6 +126,7 @@ describe("deploy/: manifests, RBAC and image", () => {
       "--timeout=30s",
       "crd/memberclusters.fleetcheck.io",
       "crd/backupchecks.fleetcheck.io",
+      "crd/fleetbackupchecks.fleetcheck.io",
     ])
     if (established.code !== 0) throw new Error(`CRDs not established: ${established.stderr}`)
     for (const name of ["shop", "team-a", "team-b"])
@@ -174,7 +175,7 @@ describe("deploy/: manifests, RBAC and image", () => {
     const memberObjects = await built("deploy/member")
     const crds = (objs: any[]) =>
       objs.filter((o) => o.kind === "CustomResourceDefinition").map((o) => o.metadata.name)
-    expect(crds(hubObjects)).toEqual(["memberclusters.fleetcheck.io"])
+    expect(crds(hubObjects)).toEqual(["memberclusters.fleetcheck.io", "fleetbackupchecks.fleetcheck.io"])
     expect(crds(memberObjects)).toEqual(["backupchecks.fleetcheck.io"])
     const grantsSecrets = (o: any) => (o.rules ?? []).some((r: any) => r.resources?.includes("secrets"))
     expect(hubObjects.filter((o) => o.kind === "ClusterRole" && grantsSecrets(o))).toEqual([])
@@ -266,10 +267,34 @@ describe("deploy/: manifests, RBAC and image", () => {
     expect(mcCreated.status, JSON.stringify(mcCreated.body)).toBe(201)
     await expectAll(hub, 200, [
       ["GET", mc],
+      // The placement informer selects members by their MemberCluster labels.
+      ["GET", `${group}/memberclusters`],
+      ["GET", watch(`${group}/memberclusters`)],
       ["PATCH", mc, { metadata: { labels: { env: "test" } } }, merge],
       ["PATCH", `${mc}/status`, { status: { kubernetesVersion: "v1.37.2" } }, merge],
       ["DELETE", mc],
     ])
+
+    // Placement: FleetBackupChecks in the hub namespace, their finalizer and status.
+    const fbcs = `${group}/namespaces/${ns}/fleetbackupchecks`
+    const fbcCreated = await c.api("POST", fbcs, {
+      apiVersion: "fleetcheck.io/v1alpha1",
+      kind: "FleetBackupCheck",
+      metadata: { name: "rbac-check" },
+      spec: {
+        clusterSelector: {},
+        template: { metadata: { namespace: "shop" }, spec: backupCheck("x", "shop").spec },
+      },
+    })
+    expect(fbcCreated.status, JSON.stringify(fbcCreated.body)).toBe(201)
+    await expectAll(hub, 200, [
+      ["GET", fbcs],
+      ["GET", watch(fbcs)],
+      ["PATCH", `${fbcs}/rbac-check`, { metadata: { finalizers: ["fleetcheck.io/placement"] } }, merge],
+      ["PATCH", `${fbcs}/rbac-check/status`, { status: { observedGeneration: 1 } }, merge],
+      ["PATCH", `${fbcs}/rbac-check`, { metadata: { finalizers: null } }, merge],
+    ])
+    expect((await c.api("DELETE", `${fbcs}/rbac-check`)).status).toBe(200)
 
     const event = await hub("POST", `/apis/events.k8s.io/v1/namespaces/${ns}/events`, {
       apiVersion: "events.k8s.io/v1",
@@ -310,9 +335,13 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["DELETE", `${leasePath}/fleetcheck-hub`],
       ["POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", { ...anyObject, kind: "Lease" }],
       ["POST", "/apis/events.k8s.io/v1/namespaces/default/events", { ...anyObject, kind: "Event" }],
-      ["GET", `${group}/memberclusters`],
       ["PUT", `${group}/memberclusters/x`, { ...anyObject, kind: "MemberCluster" }],
       ["GET", `${group}/backupchecks`],
+      // FleetBackupChecks: in its own namespace only, never created or deleted by the hub.
+      ["GET", `${group}/fleetbackupchecks`],
+      ["GET", `${group}/namespaces/default/fleetbackupchecks`],
+      ["POST", `${group}/namespaces/${ns}/fleetbackupchecks`, { ...anyObject, kind: "FleetBackupCheck" }],
+      ["DELETE", `${group}/namespaces/${ns}/fleetbackupchecks/x`],
       ["GET", "/api/v1/namespaces/shop/configmaps"],
       ["POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", { ...anyObject, kind: "ClusterRole" }],
     ])
@@ -343,6 +372,18 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["GET", watch(jobs)],
       ["GET", "/api/v1/namespaces/shop/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Drbac-1"],
       ["GET", "/version"],
+    ])
+    // Placement (docs/adr/0012): the hub creates, replaces and deletes the checks a FleetBackupCheck places.
+    const placed = `${group}/namespaces/shop/backupchecks/placed`
+    const placedCreated = await member(
+      "POST",
+      `${group}/namespaces/shop/backupchecks`,
+      backupCheck("placed", "shop"),
+    )
+    expect(placedCreated.status, JSON.stringify(placedCreated.body)).toBe(201)
+    await expectAll(member, 200, [
+      ["PUT", placed, placedCreated.body],
+      ["DELETE", placed],
     ])
     const restore = await member(
       "POST",
@@ -399,10 +440,6 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["GET", "/api/v1/namespaces/shop/secrets"],
       ["GET", `/api/v1/namespaces/${ns}/secrets`],
       ["GET", "/api/v1/namespaces/shop/secrets/anything"],
-      // The hub never creates, replaces or deletes a BackupCheck: their owners do.
-      ["POST", `${group}/namespaces/shop/backupchecks`, backupCheck("x", "shop")],
-      ["PUT", check, created.body],
-      ["DELETE", check],
       ["PATCH", "/apis/batch/v1/namespaces/shop/jobs/rbac-1", {}, merge],
       ["POST", "/api/v1/namespaces/shop/pods", { ...anyObject, kind: "Pod" }],
       ["GET", "/api/v1/namespaces/shop/pods/anything/log"],

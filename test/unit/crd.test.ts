@@ -7,6 +7,7 @@ import {
   backupCheckCrd,
   type CustomResourceDefinition,
   crdSchemaOf,
+  fleetBackupCheckCrd,
   type JSONSchemaProps,
   memberClusterCrd,
   renderCrds,
@@ -33,13 +34,14 @@ const walk = (schema: JSONSchemaProps, path = ""): Node[] => {
   return nodes
 }
 
-const crds = [backupCheckCrd(), memberClusterCrd()]
+const crds = [backupCheckCrd(), memberClusterCrd(), fleetBackupCheckCrd()]
 
 describe("deploy/crds", () => {
   it("is what renderCrds() produces (run `node src/api/generate-crds.ts` when this fails)", () => {
     const rendered = renderCrds()
     assert.deepStrictEqual(Object.keys(rendered).sort(), [
       "fleetcheck.io_backupchecks.yaml",
+      "fleetcheck.io_fleetbackupchecks.yaml",
       "fleetcheck.io_memberclusters.yaml",
     ])
     for (const [name, text] of Object.entries(rendered)) {
@@ -52,6 +54,7 @@ describe("deploy/crds", () => {
     const rendered = renderCrds()
     assert.deepStrictEqual(parse(rendered["fleetcheck.io_backupchecks.yaml"]!), backupCheckCrd())
     assert.deepStrictEqual(parse(rendered["fleetcheck.io_memberclusters.yaml"]!), memberClusterCrd())
+    assert.deepStrictEqual(parse(rendered["fleetcheck.io_fleetbackupchecks.yaml"]!), fleetBackupCheckCrd())
   })
 })
 
@@ -109,6 +112,35 @@ describe("CRD metadata", () => {
         ["AGE", "date", ".metadata.creationTimestamp"],
       ],
     )
+  })
+})
+
+describe("FleetBackupCheck CRD", () => {
+  it("namespaced, short name fbc, status subresource; printer columns for kubectl get fbc", () => {
+    const crd = fleetBackupCheckCrd()
+    assert.strictEqual(crd.metadata.name, "fleetbackupchecks.fleetcheck.io")
+    assert.strictEqual(crd.spec.scope, "Namespaced")
+    assert.deepStrictEqual(crd.spec.names.shortNames, ["fbc"])
+    assert.deepStrictEqual(crd.spec.versions[0]!.subresources, { status: {} })
+    const columns = crd.spec.versions[0]!.additionalPrinterColumns.filter((c) => !c.priority)
+    assert.deepStrictEqual(
+      columns.map((c) => [c.name.toUpperCase(), c.type, c.jsonPath]),
+      [
+        ["FLEET VERIFIED", "string", '.status.conditions[?(@.type=="FleetVerified")].status'],
+        ["REASON", "string", '.status.conditions[?(@.type=="FleetVerified")].reason'],
+        ["SELECTED", "integer", ".status.counts.selected"],
+        ["PLACED", "integer", ".status.counts.placed"],
+        ["VERIFIED", "integer", ".status.counts.verified"],
+        ["AGE", "date", ".metadata.creationTimestamp"],
+      ],
+    )
+  })
+
+  it("spec.template.spec is the BackupCheck spec schema itself, not a copy", () => {
+    const spec = schemaOf(fleetBackupCheckCrd()).properties as Record<string, JSONSchemaProps>
+    const template = (spec.spec!.properties as Record<string, JSONSchemaProps>).template!
+    const templateSpec = (template.properties as Record<string, JSONSchemaProps>).spec
+    assert.deepStrictEqual(templateSpec, crdSchemaOf(BackupCheckSpecSchema))
   })
 })
 
@@ -190,17 +222,24 @@ describe("CRD schemas are structural", () => {
       const preserving = nodes
         .filter((n) => n.schema["x-kubernetes-preserve-unknown-fields"] === true)
         .map((n) => n.path)
+      // The restore Job's template and the validation phase's (BackupCheck's spec, and the template's).
+      const jobTemplate = [
+        ".spec.jobTemplate.spec",
+        ".spec.jobTemplate.spec.template",
+        ".spec.jobTemplate.spec.template.spec",
+        ".spec.jobTemplate.spec.template.spec.containers[*]",
+        ".spec.validation.jobTemplate.spec",
+        ".spec.validation.jobTemplate.spec.template",
+        ".spec.validation.jobTemplate.spec.template.spec",
+        ".spec.validation.jobTemplate.spec.template.spec.containers[*]",
+      ]
       if (kind === "BackupCheck") {
-        assert.deepStrictEqual(preserving, [
-          ".spec.jobTemplate.spec",
-          ".spec.jobTemplate.spec.template",
-          ".spec.jobTemplate.spec.template.spec",
-          ".spec.jobTemplate.spec.template.spec.containers[*]",
-          ".spec.validation.jobTemplate.spec",
-          ".spec.validation.jobTemplate.spec.template",
-          ".spec.validation.jobTemplate.spec.template.spec",
-          ".spec.validation.jobTemplate.spec.template.spec.containers[*]",
-        ])
+        assert.deepStrictEqual(preserving, jobTemplate)
+      } else if (kind === "FleetBackupCheck") {
+        assert.deepStrictEqual(
+          preserving,
+          jobTemplate.map((p) => p.replace(".spec.", ".spec.template.spec.")),
+        )
       } else {
         assert.deepStrictEqual(preserving, [])
       }

@@ -1,0 +1,479 @@
+// FleetBackupCheck placement against a real hub and three real members labelled differently:
+//   m1 env=prod region=eu · m2 env=prod region=us · m3 env=dev region=eu
+// Every claim about what was placed is read from the members' own API servers (the test's admin
+// requests, and a recorder of every placed check uid it ever saw), never from the hub's counters.
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
+
+const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
+const ns = "apps"
+const group = "/apis/fleetcheck.io/v1alpha1"
+const placedLabel = "fleetcheck.io/fleetbackupcheck"
+
+const b64 = (s: string) => Buffer.from(s).toString("base64")
+const labelsOf: Record<string, Record<string, string>> = {
+  m1: { env: "prod", region: "eu" },
+  m2: { env: "prod", region: "us" },
+  m3: { env: "dev", region: "eu" },
+}
+
+const fleetCheck = (
+  name: string,
+  clusterSelector: unknown,
+  template: { name?: string; namespace?: string; backup?: string; spec?: Record<string, unknown> } = {},
+) => ({
+  apiVersion: "fleetcheck.io/v1alpha1",
+  kind: "FleetBackupCheck",
+  metadata: { name, namespace: hubNamespace },
+  spec: {
+    clusterSelector,
+    template: {
+      metadata: {
+        namespace: template.namespace ?? ns,
+        ...(template.name ? { name: template.name } : {}),
+        labels: { team: "orders" },
+      },
+      spec: {
+        backup: { name: template.backup ?? `${name}-backup` },
+        timeout: "5s",
+        jobTemplate: {
+          spec: { template: { spec: { containers: [{ name: "restore", image: "restore:1" }] } } },
+        },
+        ...template.spec,
+      },
+    },
+  },
+})
+
+describe("FleetBackupCheck placement: hub + three labelled members", () => {
+  let fleet: LocalFleet
+  let hubCluster: LocalCluster
+  let members: LocalCluster[]
+  let hub: RunningHub
+  /** Every placed check uid the members' API servers ever listed, per member and FleetBackupCheck. */
+  const everPlaced = new Map<string, Set<string>>()
+  let recording = true
+  let recorder: Promise<void> | undefined
+
+  const member = (name: string) => members.find((m) => m.name === name) as LocalCluster
+  const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((c: any) => c.type === type)
+  const fbcPath = (name = "") =>
+    `${group}/namespaces/${hubNamespace}/fleetbackupchecks${name ? `/${name}` : ""}`
+  const getFbc = async (name: string) => (await hubCluster.api("GET", fbcPath(name))).body
+  /** The placed checks a member's API server holds for one FleetBackupCheck. */
+  const placedIn = async (m: LocalCluster, fbc: string): Promise<any[]> => {
+    const selector = encodeURIComponent(`${placedLabel}=${hubNamespace}.${fbc}`)
+    const res = await m.api("GET", `${group}/backupchecks?labelSelector=${selector}`)
+    expect(res.status, JSON.stringify(res.body)).toBe(200)
+    return res.body.items
+  }
+  const placedMap = async (fbc: string) =>
+    Object.fromEntries(
+      await Promise.all(
+        members.map(async (m) => [m.name, (await placedIn(m, fbc)).map((c) => c.metadata.name)] as const),
+      ),
+    )
+  const fbcWhere = (name: string, what: string, ok: (o: any) => boolean, timeoutMs = 60_000) =>
+    waitUntil(`${name}: ${what}`, timeoutMs, async () => {
+      const o = await getFbc(name)
+      return ok(o) ? o : undefined
+    })
+  const putSecret = async (name: string, labels: Record<string, string>) => {
+    const path = `/api/v1/namespaces/${hubNamespace}/secrets`
+    const secret = {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name, namespace: hubNamespace, labels: { "fleetcheck.io/kubeconfig": "true", ...labels } },
+      data: { kubeconfig: b64(member(name).kubeconfig) },
+    }
+    const existing = await hubCluster.api("GET", `${path}/${name}`)
+    const res =
+      existing.status === 200
+        ? await hubCluster.api("PUT", `${path}/${name}`, {
+            ...secret,
+            metadata: { ...secret.metadata, resourceVersion: existing.body.metadata.resourceVersion },
+          })
+        : await hubCluster.api("POST", path, secret)
+    expect(res.status, JSON.stringify(res.body)).toBeLessThan(300)
+  }
+  const apply = async (obj: any) => {
+    const res = await hubCluster.api("POST", fbcPath(), obj)
+    expect(res.status, JSON.stringify(res.body)).toBe(201)
+  }
+  const deleteFbc = async (name: string) => {
+    expect((await hubCluster.api("DELETE", fbcPath(name))).status).toBe(200)
+    await waitUntil(`${name} deleted (finalizer released)`, 60_000, async () => {
+      return (await hubCluster.api("GET", fbcPath(name))).status === 404
+    })
+  }
+
+  beforeAll(async () => {
+    fleet = await startFleet({
+      clusters: [{ name: "hub", workloads: false, controllerManager: false }, "m1", "m2", "m3"],
+    })
+    hubCluster = fleet.cluster("hub")
+    members = ["m1", "m2", "m3"].map((n) => fleet.cluster(n))
+    for (const crd of ["memberclusters", "fleetbackupchecks"]) {
+      const r = await hubCluster.kubectl([
+        "apply",
+        "--server-side",
+        "-f",
+        `${crdDir}/fleetcheck.io_${crd}.yaml`,
+      ])
+      expect(r.code, r.stderr).toBe(0)
+    }
+    expect(
+      (await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: hubNamespace } })).status,
+    ).toBe(201)
+    for (const m of members) {
+      const r = await m.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`])
+      expect(r.code, r.stderr).toBe(0)
+      expect((await m.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
+    }
+    for (const [c, crd] of [
+      ...members.map((m) => [m, "backupchecks"] as const),
+      [hubCluster, "memberclusters"] as const,
+      [hubCluster, "fleetbackupchecks"] as const,
+    ])
+      await c.kubectl(["wait", "--for=condition=Established", `crd/${crd}.fleetcheck.io`, "--timeout=30s"])
+    hub = await startHub(hubCluster)
+    for (const m of members) await putSecret(m.name, labelsOf[m.name]!)
+    for (const m of members)
+      await waitUntil(`MemberCluster ${m.name} Ready`, 60_000, async () => {
+        const o = (await hubCluster.api("GET", `${group}/memberclusters/${m.name}`)).body
+        return cond(o, "Ready")?.status === "True"
+      })
+    // The recorder: the members' own view of placed checks, every 250 ms, for the whole file.
+    recorder = (async () => {
+      while (recording) {
+        for (const m of members) {
+          const res = await m
+            .api("GET", `${group}/backupchecks?labelSelector=${encodeURIComponent(placedLabel)}`)
+            .catch(() => undefined)
+          for (const c of res?.status === 200 ? res.body.items : []) {
+            const key = `${m.name} ${c.metadata.labels[placedLabel]}`
+            const uids = everPlaced.get(key) ?? new Set<string>()
+            uids.add(c.metadata.uid)
+            everPlaced.set(key, uids)
+          }
+        }
+        await sleep(250)
+      }
+    })()
+  })
+
+  afterAll(async () => {
+    recording = false
+    await recorder
+    await hub?.stop()
+    await fleet?.stop()
+  })
+
+  it("a selector matching two members places exactly two checks; FleetVerified=True; kubectl wait works", async () => {
+    await apply(fleetCheck("orders", { matchLabels: { env: "prod" } }))
+    const wait = await hubCluster.kubectl([
+      "wait",
+      "--for=condition=FleetVerified",
+      "-n",
+      hubNamespace,
+      "fleetbackupcheck/orders",
+      "--timeout=90s",
+    ])
+    expect(wait.code, wait.stderr).toBe(0)
+    expect(await placedMap("orders")).toEqual({ m1: ["orders"], m2: ["orders"], m3: [] })
+    for (const name of ["m1", "m2"]) {
+      const [placed] = await placedIn(member(name), "orders")
+      expect(placed.metadata.namespace).toBe(ns)
+      expect(placed.metadata.labels).toMatchObject({
+        team: "orders",
+        [placedLabel]: `${hubNamespace}.orders`,
+      })
+      expect(placed.metadata.annotations["fleetcheck.io/template-hash"]).toMatch(/^[0-9a-f]{16}$/)
+      expect(placed.spec.backup.name).toBe("orders-backup")
+      // The member's own reconciler verified it and holds its finalizer, as for any BackupCheck.
+      expect(cond(placed, "Verified")).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+      expect(placed.metadata.finalizers).toContain("fleetcheck.io/cleanup")
+    }
+    const fbc = await getFbc("orders")
+    expect(fbc.metadata.finalizers).toContain("fleetcheck.io/placement")
+    expect(cond(fbc, "Placed")).toMatchObject({ status: "True", observedGeneration: 1 })
+    expect(cond(fbc, "FleetVerified")).toMatchObject({ status: "True", reason: "AllVerified" })
+    expect(fbc.status.counts).toEqual({ selected: 2, placed: 2, verified: 2, failed: 0, unknown: 0 })
+    expect(fbc.status.clusters.map((c: any) => [c.name, c.placement, c.verified])).toEqual([
+      ["m1", "Placed", "True"],
+      ["m2", "Placed", "True"],
+    ])
+    expect(fbc.status.clusters[0].lastRun).toMatchObject({ result: "Succeeded", runID: "g1" })
+    const table = await hubCluster.kubectl(["get", "fbc", "-n", hubNamespace, "orders"])
+    expect(table.stdout).toMatch(/NAME\s+FLEET VERIFIED\s+REASON\s+SELECTED\s+PLACED\s+VERIFIED\s+AGE/)
+    expect(table.stdout).toMatch(/orders\s+True\s+AllVerified\s+2\s+2\s+2\s/)
+    // Exactly one check per member was ever created for it.
+    expect(everPlaced.get(`m1 ${hubNamespace}.orders`)?.size).toBe(1)
+    expect(everPlaced.get(`m2 ${hubNamespace}.orders`)?.size).toBe(1)
+    expect(everPlaced.has(`m3 ${hubNamespace}.orders`)).toBe(false)
+  })
+
+  it("a restore failing in one member: FleetVerified=False naming it; fixed: True again for the new generation", async () => {
+    // m2 enforces the restricted Pod Security level in the namespace: its restore pods are refused, the
+    // restore Job runs into its deadline (a restore that works in one cluster and not in another).
+    const pss = (value: string | null) =>
+      member("m2").kubectl([
+        "label",
+        "--overwrite",
+        "namespace",
+        ns,
+        value === null
+          ? "pod-security.kubernetes.io/enforce-"
+          : `pod-security.kubernetes.io/enforce=${value}`,
+      ])
+    expect((await pss("restricted")).code).toBe(0)
+    try {
+      const patch = await hubCluster.kubectl([
+        "patch",
+        "-n",
+        hubNamespace,
+        "fbc/orders",
+        "--type=merge",
+        "-p",
+        JSON.stringify({ spec: { template: { spec: { backup: { name: "orders-backup-2" } } } } }),
+      ])
+      expect(patch.code, patch.stderr).toBe(0)
+      const failing = await fbcWhere(
+        "orders",
+        "FleetVerified=False",
+        (o) => cond(o, "FleetVerified")?.status === "False",
+      )
+      expect(cond(failing, "FleetVerified")).toMatchObject({ reason: "ChecksFailing", observedGeneration: 2 })
+      expect(cond(failing, "FleetVerified").message).toMatch(
+        /failing in 1 of 2 selected clusters: m2 \(RestoreTimedOut: /,
+      )
+      expect(cond(failing, "FleetVerified").message).not.toMatch(/m1/)
+      expect(failing.status.clusters.find((c: any) => c.name === "m2")).toMatchObject({
+        verified: "False",
+        reason: "RestoreTimedOut",
+      })
+      // Read from m1 and m2 themselves: the template's change reached both placed checks.
+      for (const name of ["m1", "m2"]) {
+        const [placed] = await placedIn(member(name), "orders")
+        expect(placed.spec.backup.name).toBe("orders-backup-2")
+      }
+    } finally {
+      expect((await pss(null)).code).toBe(0)
+    }
+    await hubCluster.kubectl([
+      "patch",
+      "-n",
+      hubNamespace,
+      "fbc/orders",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ spec: { template: { spec: { backup: { name: "orders-backup-3" } } } } }),
+    ])
+    const wait = await hubCluster.kubectl([
+      "wait",
+      "--for=condition=FleetVerified",
+      "-n",
+      hubNamespace,
+      "fbc/orders",
+      "--timeout=90s",
+    ])
+    expect(wait.code, wait.stderr).toBe(0)
+    expect(cond(await getFbc("orders"), "FleetVerified")).toMatchObject({
+      status: "True",
+      observedGeneration: 3,
+    })
+  })
+
+  it("relabelling members adds and removes their placed checks (finalizer released, Jobs cleaned)", async () => {
+    await putSecret("m3", { env: "prod", region: "eu" })
+    await waitUntil(
+      "m3 gains the placed check",
+      60_000,
+      async () => (await placedIn(member("m3"), "orders")).length === 1,
+    )
+    await fbcWhere("orders", "3 verified", (o) => o.status?.counts?.verified === 3)
+    const [m1Check] = await placedIn(member("m1"), "orders")
+    await putSecret("m1", { env: "dev", region: "eu" })
+    await waitUntil(
+      "m1 loses the placed check",
+      60_000,
+      async () => (await placedIn(member("m1"), "orders")).length === 0,
+    )
+    // Gone for good: the member's reconciler removed its restore Jobs and released fleetcheck.io/cleanup.
+    expect((await member("m1").api("GET", `${group}/namespaces/${ns}/backupchecks/orders`)).status).toBe(404)
+    const jobs = await member("m1").api(
+      "GET",
+      `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent("fleetcheck.io/backupcheck=orders")}`,
+    )
+    expect(
+      jobs.body.items.filter((j: any) =>
+        j.metadata.ownerReferences?.some((r: any) => r.uid === m1Check.metadata.uid),
+      ),
+    ).toEqual([])
+    const after = await fbcWhere(
+      "orders",
+      "m1 no longer listed",
+      (o) => o.status?.clusters?.every((c: any) => c.name !== "m1") && o.status.counts.selected === 2,
+    )
+    expect(after.status.clusters.map((c: any) => c.name)).toEqual(["m2", "m3"])
+    expect(await placedMap("orders")).toEqual({ m1: [], m2: ["orders"], m3: ["orders"] })
+    await putSecret("m1", labelsOf.m1!)
+    await putSecret("m3", labelsOf.m3!)
+    await waitUntil("placement back on m1, m2", 60_000, async () => {
+      const p = await placedMap("orders")
+      return p.m1?.length === 1 && p.m2?.length === 1 && p.m3?.length === 0
+    })
+    await fbcWhere("orders", "verified again", (o) => cond(o, "FleetVerified")?.status === "True")
+  })
+
+  it("a hand-written check with the placed name is left alone, the conflict shown in status and an Event", async () => {
+    const handmade = await member("m1").api("POST", `${group}/namespaces/${ns}/backupchecks`, {
+      apiVersion: "fleetcheck.io/v1alpha1",
+      kind: "BackupCheck",
+      metadata: { name: "shared-name", namespace: ns },
+      spec: {
+        backup: { name: "by-hand" },
+        jobTemplate: {
+          spec: { template: { spec: { containers: [{ name: "restore", image: "restore:1" }] } } },
+        },
+      },
+    })
+    expect(handmade.status).toBe(201)
+    await apply(fleetCheck("eu", { matchLabels: { region: "eu" } }, { name: "shared-name" }))
+    const fbc = await fbcWhere("eu", "Placed=False", (o) => cond(o, "Placed")?.status === "False")
+    expect(cond(fbc, "Placed")).toMatchObject({ reason: "PlacementFailed" })
+    expect(cond(fbc, "Placed").message).toMatch(
+      /not placed in 1 of 2 selected clusters: m1 \(NameConflict: .*written by hand/,
+    )
+    await fbcWhere("eu", "FleetVerified=False, m3 verified", (o) => o.status?.counts?.verified === 1)
+    expect(cond(await getFbc("eu"), "FleetVerified")).toMatchObject({
+      status: "False",
+      reason: "PlacementFailed",
+    })
+    const kept = (await member("m1").api("GET", `${group}/namespaces/${ns}/backupchecks/shared-name`)).body
+    expect(kept.metadata.uid).toBe(handmade.body.metadata.uid)
+    expect(kept.spec.backup.name).toBe("by-hand")
+    expect(kept.metadata.labels?.[placedLabel]).toBeUndefined()
+    expect((await placedIn(member("m3"), "eu")).map((c) => c.metadata.name)).toEqual(["shared-name"])
+    const events = await waitUntil("a PlacementConflict Event", 20_000, async () => {
+      const list = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
+        .body
+      const found = list.items.filter(
+        (e: any) =>
+          e.reason === "PlacementConflict" &&
+          e.regarding?.name === "eu" &&
+          e.regarding?.kind === "FleetBackupCheck",
+      )
+      return found.length > 0 ? found : undefined
+    })
+    expect(events[0].note).toMatch(/^m1: BackupCheck apps\/shared-name exists/)
+    // Deleting the FleetBackupCheck removes what it placed (m3) and nothing else (m1's own check).
+    await deleteFbc("eu")
+    expect(await placedIn(member("m3"), "eu")).toEqual([])
+    const still = (await member("m1").api("GET", `${group}/namespaces/${ns}/backupchecks/shared-name`)).body
+    expect(still.metadata.uid).toBe(handmade.body.metadata.uid)
+    expect(still.metadata.deletionTimestamp).toBeUndefined()
+  })
+
+  it("bad input gets a clear condition: a selector matching nothing, bad selector syntax, a template a member refuses", async () => {
+    await apply(fleetCheck("nowhere", { matchLabels: { env: "staging" } }))
+    const nowhere = await fbcWhere(
+      "nowhere",
+      "NoClustersSelected",
+      (o) => cond(o, "Placed")?.reason === "NoClustersSelected",
+    )
+    expect(cond(nowhere, "FleetVerified")).toMatchObject({ status: "False", reason: "NoClustersSelected" })
+    expect(cond(nowhere, "FleetVerified").message).toMatch(/env=staging/)
+
+    await apply(fleetCheck("bad-selector", { matchLabels: { "not a key!": "x" } }))
+    const bad = await fbcWhere(
+      "bad-selector",
+      "InvalidSelector",
+      (o) => cond(o, "Placed")?.reason === "InvalidSelector",
+    )
+    expect(cond(bad, "Placed").message).toMatch(/clusterSelector\.matchLabels.*not a key!/)
+    expect(cond(bad, "FleetVerified")).toMatchObject({ status: "False", reason: "InvalidSelector" })
+
+    // m3 runs an older BackupCheck CRD without concurrencyPolicy: it refuses the field (strict), it is not pruned.
+    const old = await member("m3").kubectl([
+      "patch",
+      "crd/backupchecks.fleetcheck.io",
+      "--type=json",
+      "-p",
+      JSON.stringify([
+        {
+          op: "remove",
+          path: "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/concurrencyPolicy",
+        },
+      ]),
+    ])
+    expect(old.code, old.stderr).toBe(0)
+    await sleep(1_000)
+    await apply(
+      fleetCheck("skew", { matchLabels: { region: "eu" } }, { spec: { concurrencyPolicy: "Replace" } }),
+    )
+    const skew = await fbcWhere("skew", "refused in m3", (o) =>
+      o.status?.clusters?.some((c: any) => c.name === "m3" && c.placement === "Refused"),
+    )
+    expect(cond(skew, "Placed")).toMatchObject({ status: "False", reason: "PlacementFailed" })
+    expect(cond(skew, "Placed").message).toMatch(
+      /not placed in 1 of 2 selected clusters: m3 \(PlacementRefused: /,
+    )
+    expect(skew.status.clusters.find((c: any) => c.name === "m3").message).toMatch(
+      /refused BackupCheck apps\/skew: 400 BadRequest: .*unknown field "spec.concurrencyPolicy"/,
+    )
+    expect(await placedIn(member("m3"), "skew")).toEqual([])
+    await fbcWhere("skew", "m1 placed", (o) =>
+      o.status?.clusters?.some((c: any) => c.name === "m1" && c.placement === "Placed"),
+    )
+    for (const name of ["nowhere", "bad-selector", "skew"]) await deleteFbc(name)
+    expect(await placedMap("skew")).toEqual({ m1: [], m2: [], m3: [] })
+    const r = await member("m3").kubectl([
+      "apply",
+      "--server-side",
+      "--force-conflicts",
+      "-f",
+      `${crdDir}/fleetcheck.io_backupchecks.yaml`,
+    ])
+    expect(r.code, r.stderr).toBe(0)
+  })
+
+  it("a member unreachable: FleetVerified=Unknown naming it, never True; back: True", async () => {
+    const victim = member("m2")
+    let sawTrueWhileDown = false
+    await victim.stopApiServer()
+    try {
+      const down = await fbcWhere(
+        "orders",
+        "FleetVerified=Unknown",
+        (o) => cond(o, "FleetVerified")?.status === "Unknown",
+      )
+      expect(cond(down, "FleetVerified")).toMatchObject({ reason: "ClusterUnreachable" })
+      expect(cond(down, "FleetVerified").message).toMatch(/m2/)
+      expect(down.status.clusters.find((c: any) => c.name === "m2")).toMatchObject({
+        verified: "Unknown",
+        reason: "ClusterUnreachable",
+      })
+      for (let i = 0; i < 6; i++) {
+        if (cond(await getFbc("orders"), "FleetVerified")?.status === "True") sawTrueWhileDown = true
+        await sleep(250)
+      }
+    } finally {
+      await victim.startApiServer()
+    }
+    expect(sawTrueWhileDown).toBe(false)
+    await fbcWhere("orders", "FleetVerified=True again", (o) => cond(o, "FleetVerified")?.status === "True")
+    expect(everPlaced.get(`m2 ${hubNamespace}.orders`)?.size).toBe(1)
+  })
+
+  it("deleting the FleetBackupCheck removes every placed check, then its finalizer", async () => {
+    await deleteFbc("orders")
+    expect(await placedMap("orders")).toEqual({ m1: [], m2: [], m3: [] })
+    for (const name of ["m1", "m2"])
+      expect((await member(name).api("GET", `${group}/namespaces/${ns}/backupchecks/orders`)).status).toBe(
+        404,
+      )
+  })
+})
