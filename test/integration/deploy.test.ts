@@ -175,7 +175,7 @@ describe("deploy/: manifests, RBAC and image", () => {
     const memberObjects = await built("deploy/member")
     const crds = (objs: any[]) =>
       objs.filter((o) => o.kind === "CustomResourceDefinition").map((o) => o.metadata.name)
-    expect(crds(hubObjects)).toEqual(["memberclusters.fleetcheck.io", "fleetbackupchecks.fleetcheck.io"])
+    expect(crds(hubObjects)).toEqual(["fleetbackupchecks.fleetcheck.io", "memberclusters.fleetcheck.io"])
     expect(crds(memberObjects)).toEqual(["backupchecks.fleetcheck.io"])
     const grantsSecrets = (o: any) => (o.rules ?? []).some((r: any) => r.resources?.includes("secrets"))
     expect(hubObjects.filter((o) => o.kind === "ClusterRole" && grantsSecrets(o))).toEqual([])
