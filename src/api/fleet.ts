@@ -30,12 +30,55 @@ export const CheckViewSchema = z.object({
       dataAgeSeconds: z.number().optional(),
     })
     .optional(),
+  /** `namespace/name` of the FleetBackupCheck that placed this check, when one did. */
+  fleetBackupCheck: z.string().optional(),
 })
 export type CheckView = z.output<typeof CheckViewSchema>
 
 /** A check missed an objective: one of its objective conditions is False. */
 export const missesObjective = (check: Pick<CheckView, "objectives">): boolean =>
   check.objectives?.restoreTime === "False" || check.objectives?.dataAge === "False"
+
+const ConditionViewSchema = z.object({
+  status: z.enum(conditionStatuses),
+  reason: z.string(),
+  message: z.string(),
+})
+
+/**
+ * A FleetBackupCheck as the leader last computed it: its conditions, counts and per-cluster results
+ * (each cluster's verdict is its placed check's view by the rules below).
+ */
+export const FleetCheckViewSchema = z.object({
+  namespace: z.string(),
+  name: z.string(),
+  /** The cluster selector in kubectl's text form. */
+  selector: z.string(),
+  /** Where the placed check lives in every selected member. */
+  check: z.object({ namespace: z.string(), name: z.string() }).optional(),
+  generation: z.number(),
+  placed: ConditionViewSchema,
+  verified: ConditionViewSchema,
+  counts: z.object({
+    selected: z.number(),
+    placed: z.number(),
+    verified: z.number(),
+    failed: z.number(),
+    unknown: z.number(),
+  }),
+  clusters: z.array(
+    z.object({
+      name: z.string(),
+      placement: z.string(),
+      status: z.enum(conditionStatuses),
+      reason: z.string(),
+      message: z.string().optional(),
+      lastSuccessfulTime: z.string().optional(),
+      runID: z.string().optional(),
+    }),
+  ),
+})
+export type FleetCheckView = z.output<typeof FleetCheckViewSchema>
 
 export const ClusterViewSchema = z.object({
   name: z.string(),
@@ -106,6 +149,8 @@ export const FleetViewSchema = z.object({
   hub: z.string().optional(),
   clusters: z.array(ClusterViewSchema),
   checks: z.array(CheckViewSchema),
+  /** FleetBackupChecks by namespace/name; on the first page only (not repeated on continue pages). */
+  fleetChecks: z.array(FleetCheckViewSchema).optional(),
 })
 export type FleetView = z.output<typeof FleetViewSchema>
 
@@ -119,9 +164,17 @@ export const isVerified = (check: Pick<CheckView, "status">): boolean => check.s
 export const isClusterHealthy = (cluster: Pick<ClusterView, "conditions">): boolean =>
   healthyClusterConditions.every((type) => cluster.conditions.find((c) => c.type === type)?.status === "True")
 
-/** Every check verified and every cluster healthy: what `fleetcheck status` exits 0 for. */
-export const isFleetHealthy = (view: Pick<FleetView, "clusters" | "checks">): boolean =>
-  view.checks.every(isVerified) && view.clusters.every(isClusterHealthy)
+/** A FleetBackupCheck is green only when FleetVerified is True. */
+export const isFleetCheckVerified = (f: Pick<FleetCheckView, "verified">): boolean => isVerified(f.verified)
+
+/**
+ * Every check verified, every cluster healthy and every FleetBackupCheck verified: what
+ * `fleetcheck status` exits 0 for.
+ */
+export const isFleetHealthy = (view: Pick<FleetView, "clusters" | "checks" | "fleetChecks">): boolean =>
+  view.checks.every(isVerified) &&
+  view.clusters.every(isClusterHealthy) &&
+  (view.fleetChecks ?? []).every(isFleetCheckVerified)
 
 /** Failing first, then unknown, then verified: the order every view lists checks in. */
 export const checkRank = (check: Pick<CheckView, "status">): number =>

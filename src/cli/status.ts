@@ -88,7 +88,22 @@ export const renderStatus = (view: FleetView): string => {
   ])
   const missed = view.summary?.checks.objectivesMissed
   const footer = missed ? `\n${missed} check${missed === 1 ? "" : "s"} missed an objective\n` : ""
-  return `${clusters}\n\n${view.checks.length ? checks : "no BackupChecks"}\n${footer}`
+  const fleetChecks = view.fleetChecks ?? []
+  // Each FleetBackupCheck with its selected clusters' verdicts: the placed checks, grouped.
+  const fleet = table([
+    ["FLEET CHECK", "FLEET VERIFIED", "REASON", "VERIFIED", "CLUSTERS"],
+    ...fleetChecks.map((f) => [
+      `${f.namespace}/${f.name}`,
+      f.verified.status,
+      f.verified.reason,
+      `${f.counts.verified}/${f.counts.selected}`,
+      clip(
+        f.clusters.map((c) => `${c.name}=${c.status}${c.status === "True" ? "" : `(${c.reason})`}`).join(" "),
+        120,
+      ),
+    ]),
+  ])
+  return `${clusters}\n\n${fleetChecks.length ? `${fleet}\n\n` : ""}${view.checks.length ? checks : "no BackupChecks"}\n${footer}`
 }
 
 /** One answer of the hub, or why it is not one. */

@@ -16,13 +16,17 @@ import {
   type CheckView,
   type ClusterView,
   checkRank,
+  type FleetCheckView,
   type FleetSummary,
   type FleetView,
   isClusterHealthy,
+  isFleetCheckVerified,
   isVerified,
   missesObjective,
 } from "../api/fleet.ts"
+import { keyOfPlacementLabel } from "../api/fleetbackupcheck.ts"
 import type { CheckCounts, MemberClusterStatus, RegistrationSource } from "../api/membercluster.ts"
+import { annotationTemplateHash, labelFleetBackupCheck } from "../api/names.ts"
 import { buildReport, type Report, type ReportInput } from "../api/report.ts"
 import type { InformerSet } from "../engine/informer/informer-set.ts"
 import type { KubeClient } from "../kube/client.ts"
@@ -138,6 +142,13 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
   return m.checks().map((c) => checkView(m, c, unseen))
 }
 
+/** The FleetBackupCheck that placed a check (its label and the hub's template-hash annotation). */
+const placedByOf = (c: BackupCheck): { fleetBackupCheck?: string } => {
+  if (c.metadata.annotations?.[annotationTemplateHash] === undefined) return {}
+  const key = keyOfPlacementLabel(c.metadata.labels?.[labelFleetBackupCheck])
+  return key ? { fleetBackupCheck: key } : {}
+}
+
 /** One cached check as every view shows it (see checkViews); `unseen` is unseenBecause(m). */
 export const checkView = (
   m: MemberEntry,
@@ -153,6 +164,7 @@ export const checkView = (
     ...(c.status?.nextRunTime ? { nextRunTime: c.status.nextRunTime } : {}),
     ...(c.status?.lastRun?.traceID ? { traceID: c.status.lastRun.traceID } : {}),
     ...(c.status?.lastRun?.runID ? { runID: c.status.lastRun.runID } : {}),
+    ...placedByOf(c),
   }
   if (unseen) {
     return {
@@ -467,6 +479,25 @@ export interface FleetFilter {
   /** Clusters whose labels (copied from the registration Secret) match, and their checks. */
   readonly label?: LabelSelector
 }
+
+/**
+ * The FleetBackupChecks a view shows: failing first, then unknown, then verified, each by
+ * namespace/name; with `failing`, only those not FleetVerified=True; with `cluster`, only those that
+ * select it.
+ */
+export const fleetCheckList = (
+  fleetChecks: Iterable<FleetCheckView>,
+  filter: Pick<FleetFilter, "failing" | "cluster"> = {},
+): FleetCheckView[] =>
+  [...fleetChecks]
+    .filter((f) => !filter.failing || !isFleetCheckVerified(f))
+    .filter((f) => filter.cluster === undefined || f.clusters.some((c) => c.name === filter.cluster))
+    .sort(
+      (a, b) =>
+        checkRank(a.verified) - checkRank(b.verified) ||
+        compareText(a.namespace, b.namespace) ||
+        compareText(a.name, b.name),
+    )
 
 /** Whether the filter selects checks (then clusters without a selected check drop out). */
 const filtersChecks = (f: FleetFilter) =>

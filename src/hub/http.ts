@@ -13,6 +13,7 @@
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
+import type { FleetCheckView } from "../api/fleet.ts"
 import { parseSince } from "../api/report.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { defaultHubConfig, type HubConfig } from "./config.ts"
@@ -25,6 +26,7 @@ import {
   type FleetFilter,
   type FleetView,
   filterFingerprint,
+  fleetCheckList,
   fleetPage,
   fleetReport,
   fleetView,
@@ -43,6 +45,8 @@ export interface HubHttpOptions {
   readonly host: string
   readonly port: number
   readonly members: Map<string, MemberEntry>
+  /** FleetBackupChecks as the leader's placement controller last computed them. */
+  readonly fleetChecks: ReadonlyMap<string, FleetCheckView>
   readonly metrics: FleetMetrics
   readonly isLeader: () => boolean
   readonly availability: () => Availability
@@ -271,9 +275,12 @@ const handle = async (
     const cursor = params.continue === undefined ? undefined : decodeContinue(params.continue, filter.filter)
     if (cursor && !cursor.ok) return fail(400, "BadRequest", cursor.error)
     if (cursor && !limit) return fail(400, "BadRequest", "continue needs limit")
+    // FleetBackupChecks are few: they come whole with the first page, never on a continue page.
+    const fleetChecks = fleetCheckList(options.fleetChecks.values(), filter.filter)
     if (!limit)
       return sendJson(res, 200, {
         ...fleetView(options.members.values(), Date.now(), filter.filter),
+        fleetChecks,
         ...info,
       })
     const kept =
@@ -284,7 +291,7 @@ const handle = async (
     const id = kept ? cursor?.cursor.snapshot : snapshots.newId()
     const page = fleetPage(view, limit.value, cursor?.cursor, filter.filter, id)
     if (page.metadata?.continue && id) snapshots.keep(id, view, filter.filter)
-    return sendJson(res, 200, { ...page, ...info })
+    return sendJson(res, 200, { ...page, ...(cursor ? {} : { fleetChecks }), ...info })
   }
   if (!available.answers)
     return send(res, 503, contentTypes.html, renderUnavailable(available.message, options.identity))
@@ -298,7 +305,10 @@ const handle = async (
   }
   switch (path) {
     case "/": {
-      const view = fleetView(options.members.values(), Date.now(), filter.filter)
+      const view = {
+        ...fleetView(options.members.values(), Date.now(), filter.filter),
+        fleetChecks: fleetCheckList(options.fleetChecks.values(), filter.filter),
+      }
       return send(
         res,
         200,

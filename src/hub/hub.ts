@@ -4,6 +4,7 @@
 // reconciles (bounded grace), then the lease is released so a standby takes over at once.
 import type { KubeConfig } from "@kubernetes/client-node"
 import { Effect, type Scope } from "effect"
+import type { FleetCheckView } from "../api/fleet.ts"
 import { hubLeaseName } from "../api/names.ts"
 import { makeGlobalLimit } from "../engine/global-limit.ts"
 import { makeKubeClient } from "../kube/client.ts"
@@ -54,6 +55,8 @@ export const runHub = Effect.fnUntraced(function* (
 ): Effect.fn.Return<HubHandle, never, Scope.Scope> {
   const { config, identity, metrics } = options
   const members = new Map<string, MemberEntry>()
+  /** FleetBackupChecks as the placement controller last computed them (leader only). */
+  const fleetChecks = new Map<string, FleetCheckView>()
   let leading = false
   let registrationSynced = false
   let leaderName: () => string | undefined = () => identity
@@ -90,6 +93,7 @@ export const runHub = Effect.fnUntraced(function* (
       host: config.httpAddress.host,
       port: config.httpAddress.port,
       members,
+      fleetChecks,
       metrics,
       isLeader: () => leading,
       availability,
@@ -111,6 +115,7 @@ export const runHub = Effect.fnUntraced(function* (
         leading = false
         registrationSynced = false
         members.clear()
+        fleetChecks.clear()
         // A former leader exports nothing about members or checks: the new leader does.
         metrics.forgetAll()
       }),
@@ -123,6 +128,9 @@ export const runHub = Effect.fnUntraced(function* (
       statusIntervalMs: config.statusIntervalMs,
       resyncMs: config.resyncPeriodMs,
       reportingInstance: identity,
+      views: fleetChecks,
+      onView: (v) => metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts),
+      onGone: (namespace, name) => metrics.deleteFleetCheck(namespace, name),
     })
     yield* runRegistration({
       hubClient,

@@ -51,6 +51,7 @@ const { server, port } = await startHubHttp({
   host: "127.0.0.1",
   port: 0,
   members,
+  fleetChecks: new Map(),
   metrics: makeMetrics(),
   isLeader: () => true,
   availability: () => ({ answers: true }),

@@ -101,6 +101,7 @@ describe("dashboard layout in a real browser", () => {
       host: "127.0.0.1",
       port: 0,
       members,
+      fleetChecks: new Map(),
       metrics: makeMetrics(),
       isLeader: () => true,
       availability: () => ({ answers: true }),

@@ -2,6 +2,7 @@
 // values exactly as the hub keeps them, with BackupChecks in their caches, and no cluster anywhere.
 import type { BackupCheck } from "../../src/api/backupcheck.ts"
 import type { ConditionStatus } from "../../src/api/condition.ts"
+import type { FleetCheckView } from "../../src/api/fleet.ts"
 import { type MemberEntry, newMemberEntry } from "../../src/hub/fleet-state.ts"
 
 export const t0 = Date.parse("2026-11-29T03:00:00Z")
@@ -137,3 +138,44 @@ export const syntheticFleet = (clusters: number, checksPer: number): MemberEntry
       region: ci % 2 ? "eu" : "us",
     })
   })
+
+/** A FleetBackupCheck as the placement controller publishes it, for the views' tests. */
+export const fleetCheckView = (
+  name: string,
+  verified: ConditionStatus,
+  clusters: ReadonlyArray<{
+    readonly name: string
+    readonly status: ConditionStatus
+    readonly reason?: string
+    readonly placement?: string
+  }>,
+): FleetCheckView => ({
+  namespace: "fleetcheck-system",
+  name,
+  selector: "env=prod",
+  check: { namespace: "shop", name },
+  generation: 1,
+  placed: { status: "True", reason: "Placed", message: `placed in all ${clusters.length} selected clusters` },
+  verified: {
+    status: verified,
+    reason:
+      verified === "True" ? "AllVerified" : verified === "False" ? "ChecksFailing" : "ClusterUnreachable",
+    message: `${name} message`,
+  },
+  counts: {
+    selected: clusters.length,
+    placed: clusters.filter((c) => (c.placement ?? "Placed") === "Placed").length,
+    verified: clusters.filter((c) => c.status === "True").length,
+    failed: clusters.filter((c) => c.status === "False").length,
+    unknown: clusters.filter((c) => c.status === "Unknown").length,
+  },
+  clusters: clusters.map((c) => ({
+    name: c.name,
+    placement: c.placement ?? "Placed",
+    status: c.status,
+    reason: c.reason ?? (c.status === "True" ? "RestoreSucceeded" : "RestoreFailed"),
+  })),
+})
+
+export const fleetChecksMap = (views: ReadonlyArray<FleetCheckView>): Map<string, FleetCheckView> =>
+  new Map(views.map((v) => [`${v.namespace}/${v.name}`, v]))

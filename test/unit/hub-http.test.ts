@@ -9,7 +9,13 @@ import { defaultHubConfig, resolveHubConfig } from "../../src/hub/config.ts"
 import type { MemberEntry } from "../../src/hub/fleet-state.ts"
 import { type Availability, contentSecurityPolicy, startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
-import { healthyMember, membersMap, unreachableMember } from "../support/fleet-members.ts"
+import {
+  fleetChecksMap,
+  fleetCheckView,
+  healthyMember,
+  membersMap,
+  unreachableMember,
+} from "../support/fleet-members.ts"
 
 const longName = `db-${"x".repeat(250)}`
 const members = membersMap([
@@ -31,6 +37,17 @@ const members = membersMap([
   unreachableMember("m3", [{ namespace: "shop", name: "orders", status: "True" }], { env: "prod" }),
 ])
 
+const fleetChecks = fleetChecksMap([
+  fleetCheckView("orders", "True", [
+    { name: "m1", status: "True" },
+    { name: "m2", status: "True" },
+  ]),
+  fleetCheckView("payments", "False", [
+    { name: "m1", status: "False", reason: "RestoreTimedOut" },
+    { name: "m2", status: "False", reason: "NameConflict", placement: "Conflict" },
+  ]),
+])
+
 let availability: Availability = { answers: true }
 let server: Server | undefined
 let base = ""
@@ -40,11 +57,13 @@ let traceBase = ""
 const start = async (
   m: Map<string, MemberEntry>,
   config: { dashboardPageSize: number; traceUrlTemplate?: string } = defaultHubConfig,
+  fleet = fleetChecks,
 ) =>
   startHubHttp({
     host: "127.0.0.1",
     port: 0,
     members: m,
+    fleetChecks: fleet,
     metrics: makeMetrics(),
     isLeader: () => true,
     availability: () => availability,
@@ -185,6 +204,20 @@ describe("/api/v1/fleet", () => {
     assert.strictEqual(form.res.status, 200)
   })
 
+  it("carries the FleetBackupChecks, failing first, on the first page only; failing and cluster filter them", async () => {
+    const all = await json("/api/v1/fleet")
+    assert.isTrue(FleetViewSchema.safeParse(all.body).success)
+    const names = (body: any) => (body.fleetChecks ?? []).map((f: any) => `${f.name}=${f.verified.status}`)
+    assert.deepStrictEqual(names(all.body), ["payments=False", "orders=True"])
+    assert.deepStrictEqual(names((await json("/api/v1/fleet?failing=true")).body), ["payments=False"])
+    assert.deepStrictEqual(names((await json("/api/v1/fleet?cluster=m3")).body), [])
+    const first = (await json("/api/v1/fleet?limit=1")).body
+    assert.deepStrictEqual(names(first), ["payments=False"].concat("orders=True"))
+    const next = (await json(`/api/v1/fleet?limit=1&continue=${encodeURIComponent(first.metadata.continue)}`))
+      .body
+    assert.notProperty(next, "fleetChecks")
+  })
+
   it("pages with limit and continue; metadata.continue is absent on the last page", async () => {
     const seen: string[] = []
     const clusters: string[] = []
@@ -313,6 +346,19 @@ describe("dashboard pages", () => {
     assert.include((await get("/", traceBase)).text, `href="https://tempo.example/trace/${trace}?x=1"`)
   })
 
+  it("shows the FleetBackupChecks on the overview, each selected cluster with its own verdict", async () => {
+    const { text } = await get("/")
+    const section = text.slice(text.indexOf('id="fleet-checks"'), text.indexOf('id="clusters"'))
+    assert.match(section, /Fleet checks/)
+    assert.isBelow(section.indexOf("payments"), section.lastIndexOf("orders"), "failing first")
+    assert.match(section, /ChecksFailing/)
+    // A placed check links to its page; a cluster where it is not placed links to the cluster.
+    assert.include(section, 'href="./check?cluster=m1&amp;namespace=shop&amp;name=orders"')
+    assert.include(section, 'href="./cluster?name=m2"')
+    assert.match(section, /Conflict/)
+    assert.notMatch((await get("/?page=2")).text, /id="fleet-checks"/)
+  })
+
   it("lists clusters needing attention first on the overview (the API keeps name order)", async () => {
     const text = (await get("/")).text
     const clusters = text.slice(text.indexOf('id="clusters"'), text.indexOf('id="checks"'))
@@ -337,7 +383,7 @@ describe("dashboard pages", () => {
         ),
       ),
     )
-    const s = await start(big, { dashboardPageSize: 10 })
+    const s = await start(big, { dashboardPageSize: 10 }, new Map())
     try {
       const b = `http://127.0.0.1:${s.port}`
       const p1 = (await get("/", b)).text

@@ -182,6 +182,7 @@ describe("/api/v1/report and fleetcheck report", () => {
       host: "127.0.0.1",
       port: 0,
       members,
+      fleetChecks: new Map(),
       metrics: makeMetrics(),
       availability: () => ({ answers: true }),
       isLeader: () => true,

@@ -2,12 +2,12 @@
 // fleet, not the first page; a page that fails mid-walk is exit 3, never a partial "all good".
 import type { Server } from "node:http"
 import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
-import type { FleetView } from "../../src/api/fleet.ts"
+import type { FleetCheckView, FleetView } from "../../src/api/fleet.ts"
 import { renderStatus, runStatus } from "../../src/cli/status.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { type Availability, startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
-import { healthyMember, membersMap } from "../support/fleet-members.ts"
+import { fleetCheckView, healthyMember, membersMap } from "../support/fleet-members.ts"
 
 const members = membersMap(
   Array.from({ length: 3 }, (_, c) =>
@@ -17,6 +17,8 @@ const members = membersMap(
     ),
   ),
 )
+/** Empty but for the FleetBackupCheck test. */
+const fleetChecks = new Map<string, FleetCheckView>()
 let availability: Availability = { answers: true }
 let requests: string[] = []
 let server: Server | undefined
@@ -28,6 +30,7 @@ beforeAll(async () => {
     host: "127.0.0.1",
     port: 0,
     members,
+    fleetChecks,
     metrics: makeMetrics(),
     isLeader: () => true,
     availability: () => availability,
@@ -60,6 +63,7 @@ const run = async (args: string[]) => {
 }
 
 afterEach(() => {
+  fleetChecks.clear()
   availability = { answers: true }
   delete process.env.STATUS_TEST_FAIL_THIRD
 })
@@ -81,6 +85,23 @@ describe("fleetcheck status pages", () => {
     assert.strictEqual(body.clusters.length, 3)
     assert.notProperty(body, "metadata")
     assert.deepStrictEqual(body.summary.checks, { total: 12, verified: 12, failed: 0, unknown: 0 })
+  })
+
+  it("shows FleetBackupChecks with each selected cluster's verdict; one not verified makes it exit 1", async () => {
+    const view = fleetCheckView("orders", "Unknown", [
+      { name: "cluster-0", status: "True" },
+      { name: "cluster-1", status: "Unknown", reason: "ClusterUnreachable" },
+    ])
+    fleetChecks.set("fleetcheck-system/orders", view)
+    const r = await run(["--hub", hub, "--limit", "2"])
+    assert.strictEqual(r.code, 1, "every check verified, but the fleet check is not")
+    assert.match(r.out, /FLEET CHECK\s+FLEET VERIFIED\s+REASON\s+VERIFIED\s+CLUSTERS/)
+    assert.match(
+      r.out,
+      /fleetcheck-system\/orders\s+Unknown\s+ClusterUnreachable\s+1\/2\s+cluster-0=True cluster-1=Unknown\(ClusterUnreachable\)/,
+    )
+    const json = JSON.parse((await run(["--hub", hub, "--limit", "2", "-o", "json"])).out)
+    assert.strictEqual(json.fleetChecks.length, 1)
   })
 
   it("exits 3 when a later page cannot be read", async () => {

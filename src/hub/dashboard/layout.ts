@@ -39,6 +39,7 @@ export const css = `
   .reason { max-width: 14rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   code { font-size: .8rem; } .nowrap { white-space: nowrap; } .bad-text { color: #8a1010; font-weight: 600; }
   .summary { margin: .3rem 0 1rem; }
+  ul.chips { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: .2rem .7rem; max-width: 36rem; }
   .pager { margin: .6rem 0; display: flex; flex-wrap: wrap; gap: .3rem 1rem; }
   form.filters { display: flex; flex-wrap: wrap; gap: .4rem .8rem; align-items: end; margin: .6rem 0; }
   form.filters label { display: flex; flex-direction: column; font-size: .8rem; color: #4a5563; }

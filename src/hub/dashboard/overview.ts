@@ -4,6 +4,7 @@
 import { type FleetView, isClusterHealthy } from "../../api/fleet.ts"
 import { summarize } from "../fleet-state.ts"
 import { type Html, html, nothing } from "../html.ts"
+import { fleetChecksSection } from "./fleet-checks.ts"
 import {
   checksTable,
   clusterHref,
@@ -130,6 +131,7 @@ export const renderOverview = (view: FleetView, opts: OverviewOptions): string =
 <nav class="quick"><a href="./">All checks</a> · <a href="./?failing=true">Failing or unknown only</a></nav>
 ${filterForm(opts.params)}
 ${pager("./", keep, opts.page, pages)}
+${opts.page === 1 ? fleetChecksSection(view.fleetChecks ?? []) : nothing}
 <h2 id="clusters">Clusters <span class="muted">(needing attention first) ${range(clusters.first, clusters.last, view.clusters.length, "cluster")}</span></h2>
 <div class="scroll" role="region" aria-labelledby="clusters" tabindex="0"><table aria-labelledby="clusters">
 <thead><tr><th>Cluster</th><th>Ready</th><th>Connected</th><th>Credentials</th><th class="num">Verified</th><th class="num">Failing</th><th class="num">Unknown</th><th>Version</th></tr></thead>

@@ -20,10 +20,12 @@
 import { Clock, Effect, type Scope } from "effect"
 import type { BackupCheck } from "../../api/backupcheck.ts"
 import { setStatusCondition, toKubeTime } from "../../api/condition.ts"
+import type { FleetCheckView } from "../../api/fleet.ts"
 import {
   type ClusterPlacement,
   type FleetBackupCheck,
   type FleetBackupCheckStatus,
+  fleetConditionTypes,
   fleetEventReasons,
   fleetReasons,
   keyOfPlacementLabel,
@@ -74,6 +76,11 @@ export interface PlacementOptions {
   readonly resyncMs: number
   /** Who writes Events (the hub's identity). */
   readonly reportingInstance: string
+  /** The views the fleet API, dashboard and metrics show: set after each reconcile, removed with it. */
+  readonly views: Map<string, FleetCheckView>
+  /** Told of each view as it is set, and of each FleetBackupCheck gone (the metrics). */
+  readonly onView: (view: FleetCheckView) => void
+  readonly onGone: (namespace: string, name: string) => void
 }
 
 /** Placement only talks to the hub and, briefly, to members (fenced, under the global limit). */
@@ -100,6 +107,39 @@ const problemOf = (fbc: unknown, namespace: string, name: string): SpecProblem |
   return {
     reason: selectorOnly ? fleetReasons.InvalidSelector : fleetReasons.InvalidSpec,
     message: parsed.error,
+  }
+}
+
+/** The FleetBackupCheck as the fleet API shows it (see FleetCheckViewSchema). */
+const viewOf = (
+  fbc: FleetBackupCheck,
+  status: FleetBackupCheckStatus,
+  shown: { readonly selector: string; readonly check?: { namespace: string; name: string } },
+): FleetCheckView => {
+  const conditionOf = (type: string) => {
+    const c = status.conditions?.find((x) => x.type === type)
+    return c
+      ? { status: c.status, reason: c.reason, message: c.message }
+      : { status: "Unknown" as const, reason: "NotYetReconciled", message: "" }
+  }
+  return {
+    namespace: fbc.metadata.namespace,
+    name: fbc.metadata.name,
+    selector: shown.selector,
+    ...(shown.check ? { check: shown.check } : {}),
+    generation: fbc.metadata.generation ?? 0,
+    placed: conditionOf(fleetConditionTypes.Placed),
+    verified: conditionOf(fleetConditionTypes.FleetVerified),
+    counts: status.counts ?? { selected: 0, placed: 0, verified: 0, failed: 0, unknown: 0 },
+    clusters: (status.clusters ?? []).map((c) => ({
+      name: c.name,
+      placement: c.placement,
+      status: c.verified,
+      reason: c.reason,
+      ...(c.message ? { message: c.message } : {}),
+      ...(c.lastSuccessfulTime ? { lastSuccessfulTime: c.lastSuccessfulTime } : {}),
+      ...(c.lastRun ? { runID: c.lastRun.runID } : {}),
+    })),
   }
 }
 
@@ -399,11 +439,13 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       return removing
     })
 
+  /** Publishes the view (fleet API, dashboard, metrics), then writes the status when it changed. */
   const writeStatus = (
     fbc: FleetBackupCheck,
     resourceVersion: string | undefined,
     entries: ReadonlyArray<ClusterPlacement>,
     conditions: ReturnType<typeof fleetConditions>,
+    shown: { readonly selector: string; readonly check?: { namespace: string; name: string } },
   ) =>
     Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
@@ -416,6 +458,9 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
         counts: countsOf(sorted),
         clusters: sorted,
       }
+      const view = viewOf(fbc, status, shown)
+      options.views.set(checkKeyOf(fbc), view)
+      options.onView(view)
       if (stableJson(status) === stableJson(fbc.status ?? {})) return
       yield* hubClient.request({
         method: "PATCH",
@@ -436,7 +481,10 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
   const reconcile = (req: { namespace: string; name: string }) =>
     Effect.gen(function* () {
       const fbc = fbcs.store.get(`${req.namespace}/${req.name}`)
-      if (!fbc) return {}
+      if (!fbc) {
+        if (options.views.delete(`${req.namespace}/${req.name}`)) options.onGone(req.namespace, req.name)
+        return {}
+      }
       const again = { requeueAfterMs: options.statusIntervalMs }
       const finalizers = fbc.metadata.finalizers ?? []
       const generation = fbc.metadata.generation ?? 0
@@ -457,6 +505,7 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
           fbc.metadata.resourceVersion,
           removing,
           fleetConditions(removing, generation, { deleting: true }),
+          { selector: "" },
         )
         return again
       }
@@ -475,7 +524,9 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
           unverifiedEntry(c.name, c.placement, fleetReasons.InvalidSpec, "the spec is invalid", "Unknown"),
         )
         const why = problem ?? { reason: fleetReasons.InvalidSpec, message: "invalid spec" }
-        yield* writeStatus(fbc, resourceVersion, kept, fleetConditions(kept, generation, { problem: why }))
+        yield* writeStatus(fbc, resourceVersion, kept, fleetConditions(kept, generation, { problem: why }), {
+          selector: "",
+        })
         return {}
       }
       const spec = parsed.data.spec
@@ -500,6 +551,10 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
         resourceVersion,
         all,
         fleetConditions(all, generation, { selector: describeSelector(spec.clusterSelector) }),
+        {
+          selector: describeSelector(spec.clusterSelector),
+          check: { namespace: want.namespace, name: want.name },
+        },
       )
       return again
     })

@@ -15,6 +15,7 @@ import type { WorkQueueMetricsHooks } from "../../engine/workqueue/workqueue.ts"
 import type { CheckSeriesMode } from "./check-series.ts"
 import { makeControllerRuntimeMetrics } from "./controller-runtime.ts"
 import { type FleetGauges, makeFleetGauges } from "./fleet.ts"
+import { type FleetCheckGauges, makeFleetCheckGauges } from "./fleet-checks.ts"
 
 export { type CheckSeriesMode, checkSeriesModes } from "./check-series.ts"
 export { reconcileTimeBuckets, workqueueDurationBuckets } from "./controller-runtime.ts"
@@ -43,7 +44,9 @@ export interface InitClusterOptions {
  * FleetGauges; a check's lastSuccess omitted keeps its previous timestamp, deleteCheck removes every
  * series of that check), and the cluster lifecycle across both.
  */
-export interface FleetMetrics extends Omit<FleetGauges, "addCluster" | "forgetCluster" | "renderChecks"> {
+export interface FleetMetrics
+  extends Omit<FleetGauges, "addCluster" | "forgetCluster" | "renderChecks">,
+    Omit<FleetCheckGauges, "forgetFleetChecks"> {
   readonly registry: Registry
   /** The Content-Type header for render()'s output. */
   readonly contentType: string
@@ -65,8 +68,8 @@ export interface FleetMetrics extends Omit<FleetGauges, "addCluster" | "forgetCl
   /** Removes every series of the cluster, in every family. Call it after the member's scope has closed. */
   forgetMember(cluster: string): void
   /**
-   * Removes every per-cluster and per-check series (every cluster forgotten), as when the hub loses
-   * leadership. Hub-wide series stay: fleetcheck_reconcile_global_inflight keeps counting held permits.
+   * Removes every per-cluster, per-check and per-FleetBackupCheck series (every cluster forgotten), as
+   * when the hub loses leadership. Hub-wide series stay: fleetcheck_reconcile_global_inflight keeps counting held permits.
    */
   forgetAll(): void
 }
@@ -86,6 +89,7 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
     options.memberHistograms === true,
   )
   const fleet = makeFleetGauges(registry, options.resources ?? defaultResources, options.checkSeries ?? "all")
+  const fleetChecks = makeFleetCheckGauges(registry)
 
   const clusters = new Set<string>()
 
@@ -133,7 +137,10 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
     forgetMember,
     forgetAll: () => {
       for (const cluster of [...clusters]) forgetMember(cluster)
+      fleetChecks.forgetFleetChecks()
     },
+    setFleetCheck: fleetChecks.setFleetCheck,
+    deleteFleetCheck: fleetChecks.deleteFleetCheck,
     setCheckVerified: (cluster, namespace, name, status, lastSuccess) => {
       ensureCluster(cluster)
       fleet.setCheckVerified(cluster, namespace, name, status, lastSuccess)
