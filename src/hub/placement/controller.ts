@@ -482,7 +482,15 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
     Effect.gen(function* () {
       const fbc = fbcs.store.get(`${req.namespace}/${req.name}`)
       if (!fbc) {
-        if (options.views.delete(`${req.namespace}/${req.name}`)) options.onGone(req.namespace, req.name)
+        const key = `${req.namespace}/${req.name}`
+        if (options.views.delete(key)) options.onGone(req.namespace, req.name)
+        // What this process remembered of it (Events announced, refusals backing off) goes with it.
+        for (const map of [announced, refused])
+          for (const k of [...map.keys()])
+            if (k.startsWith(`${key} `)) {
+              map.delete(k)
+              refusals.forget(k)
+            }
         return {}
       }
       const again = { requeueAfterMs: options.statusIntervalMs }
