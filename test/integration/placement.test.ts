@@ -209,6 +209,37 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
     const table = await hubCluster.kubectl(["get", "fbc", "-n", hubNamespace, "orders"])
     expect(table.stdout).toMatch(/NAME\s+FLEET VERIFIED\s+REASON\s+SELECTED\s+PLACED\s+VERIFIED\s+AGE/)
     expect(table.stdout).toMatch(/orders\s+True\s+AllVerified\s+2\s+2\s+2\s/)
+    // The fleet API, the dashboard and the metrics group the placed checks under their FleetBackupCheck.
+    const view = (await (await fetch(`${hub.url}/api/v1/fleet`)).json()) as any
+    expect(view.fleetChecks).toEqual([
+      expect.objectContaining({
+        namespace: hubNamespace,
+        name: "orders",
+        selector: "env=prod",
+        check: { namespace: ns, name: "orders" },
+        verified: expect.objectContaining({ status: "True", reason: "AllVerified" }),
+        counts: { selected: 2, placed: 2, verified: 2, failed: 0, unknown: 0 },
+        clusters: [
+          expect.objectContaining({ name: "m1", placement: "Placed", status: "True" }),
+          expect.objectContaining({ name: "m2", placement: "Placed", status: "True" }),
+        ],
+      }),
+    ])
+    expect(
+      view.checks
+        .filter((c: any) => c.fleetBackupCheck === `${hubNamespace}/orders`)
+        .map((c: any) => c.cluster),
+    ).toEqual(["m1", "m2"])
+    const dashboard = await (await fetch(`${hub.url}/`)).text()
+    expect(dashboard).toMatch(/id="fleet-checks"/)
+    expect(dashboard).toContain('href="./check?cluster=m2&amp;namespace=apps&amp;name=orders"')
+    const metrics = await (await fetch(`${hub.url}/metrics`)).text()
+    expect(metrics).toMatch(
+      /^fleetcheck_fleetbackupcheck_verified\{namespace="fleetcheck-system",name="orders"\} 1$/m,
+    )
+    expect(metrics).toMatch(
+      /^fleetcheck_fleetbackupcheck_clusters\{namespace="fleetcheck-system",name="orders",status="True"\} 2$/m,
+    )
     // Exactly one check per member was ever created for it.
     expect(everPlaced.get(`m1 ${hubNamespace}.orders`)?.size).toBe(1)
     expect(everPlaced.get(`m2 ${hubNamespace}.orders`)?.size).toBe(1)
@@ -452,6 +483,15 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
       )
       expect(cond(down, "FleetVerified")).toMatchObject({ reason: "ClusterUnreachable" })
       expect(cond(down, "FleetVerified").message).toMatch(/m2/)
+      // Every view agrees: the fleet API and the metrics say Unknown, never green.
+      const view = (await (await fetch(`${hub.url}/api/v1/fleet`)).json()) as any
+      const orders = view.fleetChecks.find((f: any) => f.name === "orders")
+      expect(orders.verified.status).toBe("Unknown")
+      expect(orders.clusters.find((c: any) => c.name === "m2")).toMatchObject({ status: "Unknown" })
+      const metrics = await (await fetch(`${hub.url}/metrics`)).text()
+      expect(metrics).toMatch(
+        /^fleetcheck_fleetbackupcheck_verified\{namespace="fleetcheck-system",name="orders"\} -1$/m,
+      )
       expect(down.status.clusters.find((c: any) => c.name === "m2")).toMatchObject({
         verified: "Unknown",
         reason: "ClusterUnreachable",
@@ -471,6 +511,14 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
   it("deleting the FleetBackupCheck removes every placed check, then its finalizer", async () => {
     await deleteFbc("orders")
     expect(await placedMap("orders")).toEqual({ m1: [], m2: [], m3: [] })
+    await waitUntil("the fleet API and metrics forget it", 10_000, async () => {
+      const view = (await (await fetch(`${hub.url}/api/v1/fleet`)).json()) as any
+      const metrics = await (await fetch(`${hub.url}/metrics`)).text()
+      return (
+        view.fleetChecks.length === 0 &&
+        !metrics.includes('fleetbackupcheck_verified{namespace="fleetcheck-system",name="orders"}')
+      )
+    })
     for (const name of ["m1", "m2"])
       expect((await member(name).api("GET", `${group}/namespaces/${ns}/backupchecks/orders`)).status).toBe(
         404,
