@@ -130,7 +130,8 @@ const median = (sorted: ReadonlyArray<number>) =>
 /** One check's evidence for [start, end]. */
 export const reportCheck = (input: ReportInput, start: number, end: number): ReportCheck => {
   const { check } = input
-  const history = check.status?.history ?? []
+  // The cache holds objects as the API server returned them: read what may be missing defensively.
+  const history = Array.isArray(check.status?.history) ? check.status.history : []
   const inPeriod = history.filter((r) => {
     const t = ms(r.startTime)
     return r.result !== "Running" && t >= start && t <= end
@@ -154,7 +155,7 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
     .filter((r) => r.result === "Succeeded" && r.restoreSeconds !== undefined)
     .map((r) => r.restoreSeconds!)
     .sort((a, b) => a - b)
-  const maxRestore = check.spec.objectives?.maxRestoreDuration
+  const maxRestore = check.spec?.objectives?.maxRestoreDuration
   const maxRestoreMs = maxRestore === undefined ? undefined : parseDuration(maxRestore)
   const restoreObjectiveMissed =
     typeof maxRestoreMs === "number"
@@ -172,12 +173,12 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
     longestGap = Math.max(longestGap, seconds(points[i - 1]!, points[i]!))
   const lastSuccess = check.status?.lastSuccessfulTime
   const oldest = history.at(-1)
-  const limit = check.spec.historyLimit ?? 0
+  const limit = check.spec?.historyLimit ?? 0
   return {
     cluster: input.cluster,
     namespace: check.metadata.namespace,
     name: check.metadata.name,
-    backup: check.spec.backup.name,
+    backup: check.spec?.backup?.name ?? "",
     verified: input.verified,
     runs,
     passed,

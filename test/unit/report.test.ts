@@ -115,6 +115,12 @@ describe("buildReport", () => {
     )
   })
 
+  it("never throws on a cached object that lacks what it should have", () => {
+    const odd = { ...idle, spec: {}, status: { history: "not a list" } } as unknown as BackupCheck
+    const r = buildReport([{ cluster: "m1", check: odd, verified: "Unknown" }], end - day, end)
+    assert.deepStrictEqual([r.checks[0]!.backup, r.checks[0]!.runs.length], ["", 0])
+  })
+
   it("says when the history limit may have dropped runs of the period", () => {
     const full = checkWith(
       "full",
