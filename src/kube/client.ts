@@ -68,6 +68,13 @@ export interface KubeRequest {
   readonly contentType?: string
   /** Whole-request deadline; default the client's requestTimeoutMs. */
   readonly timeoutMs?: number
+  /**
+   * Asked again at the last moment: on a connected (and, for TLS, handshaken) socket, in the same
+   * synchronous step that hands the request's bytes to it. False fails the request with code NotLeader
+   * and nothing is sent. (A check before the request starts is not enough: a process paused between
+   * that check and the socket write, by SIGSTOP or a long GC, would send it late. See kube/write-gate.ts.)
+   */
+  readonly fence?: () => boolean
 }
 
 export interface WatchEvent {
@@ -812,7 +819,20 @@ export const makeKubeClient = Effect.fnUntraced(function* (
         },
         { once: true },
       )
-      r.end(payload)
+      const fence = req.fence
+      if (fence === undefined) return void r.end(payload)
+      // Nothing is written until the socket can take the bytes at once: headers and body go out together
+      // at r.end, right after the fence said yes.
+      const request = r
+      const sendIfAllowed = () => {
+        if (done) return
+        if (fence()) return void request.end(payload)
+        fail(transportError(method, path, "refused before sending: the fence closed", "NotLeader"))
+      }
+      request.once("socket", (socket) => {
+        if (request.reusedSocket) return sendIfAllowed()
+        socket.once(isHttps ? "secureConnect" : "connect", sendIfAllowed)
+      })
     })
 
   const request = <T = unknown>(req: KubeRequest): Effect.Effect<T, KubeApiError | KubeTransportError> =>

@@ -1,5 +1,6 @@
-// A fence for leader-only clients: every mutating request first asks `mayWrite`, and is refused with a
-// KubeTransportError (code NotLeader) without touching the network when the answer is no. Reads pass.
+// A fence for leader-only clients: every mutating request asks `mayWrite` before it starts and again in
+// the step that hands its bytes to the socket, and is refused with a KubeTransportError (code NotLeader)
+// without sending anything when the answer is no. Reads pass.
 // The hub wraps every client its leader work uses (members and the hub's own API) with the elector's
 // mayWrite, so a hub that has gone renewDeadline without renewing its lease sends no more writes, even
 // from a reconcile that was already running when the lease went.
@@ -11,9 +12,11 @@ export const gateWrites = (client: KubeClient, mayWrite: Effect.Effect<boolean>)
   request: (req) =>
     req.method === "GET"
       ? client.request(req)
-      : Effect.flatMap(mayWrite, (ok) =>
-          ok
-            ? client.request(req)
+      : Effect.flatMap(Effect.context<never>(), (context) => {
+          // Asked before the request starts and again as its bytes go to the socket (KubeRequest.fence).
+          const allowed = () => Effect.runSyncWith(context)(mayWrite)
+          return allowed()
+            ? client.request({ ...req, fence: allowed })
             : Effect.fail(
                 new KubeTransportError({
                   cluster: client.cluster,
@@ -22,6 +25,6 @@ export const gateWrites = (client: KubeClient, mayWrite: Effect.Effect<boolean>)
                   code: "NotLeader",
                   message: "refused before sending: this hub no longer holds the lease",
                 }),
-              ),
-        ),
+              )
+        }),
 })
