@@ -59,7 +59,13 @@ const expectAll = async (
 ) => {
   const wrong: string[] = []
   for (const [method, path, body, contentType] of calls) {
-    const r = await caller(method, path, body, contentType)
+    let r = await caller(method, path, body, contentType)
+    // 429 is no answer about RBAC: the API server asks to come back (e.g. "storage is (re)initializing"
+    // for a moment after a CRD changed). Ask again, a few times.
+    for (let tries = 0; r.status === 429 && tries < 20; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      r = await caller(method, path, body, contentType)
+    }
     if (r.status !== status) wrong.push(`${method} ${path} → ${r.status} ${r.body?.message ?? ""}`)
   }
   expect(wrong, `expected ${status} for every call`).toEqual([])
