@@ -85,6 +85,8 @@ export const installFleetcheck = async (hub: LocalCluster, members: ReadonlyArra
 export interface PrepareFleetOptions {
   /** Progress lines; default: stderr, prefixed `[fleet]`. */
   readonly log?: (line: string) => void
+  /** Only these sample files (names in clusters/samples), in this order; default every sample. */
+  readonly samples?: ReadonlyArray<string>
 }
 
 /**
@@ -105,7 +107,7 @@ export const prepareFleet = async (
   for (const [i, m] of members.entries())
     await registerWithSecret(hub, m, { env: "dev", region: `local-${i + 1}` })
   // One sample per member, round-robin: member-1 gets the passing check, member-2 the failing one.
-  const files = samples()
+  const files = options.samples?.map((name) => join(samplesDir, name)) ?? samples()
   for (const [i, file] of files.entries()) {
     const m = members[i % members.length]!
     await m.api("POST", "/api/v1/namespaces", { metadata: { name: namespaceOf(file) } })
