@@ -13,7 +13,7 @@ export interface HubProcessOptions {
   readonly name: string
   /** The hub cluster's kubeconfig (passed as KUBECONFIG). */
   readonly kubeconfigPath: string
-  /** More `fleetcheck hub` flags; `--http-address 127.0.0.1:0` is always passed first. */
+  /** More `fleetcheck hub` flags; `--http-address 127.0.0.1:0 --secure-serving false` come first. */
   readonly args?: ReadonlyArray<string>
   /** Extra environment. */
   readonly env?: Readonly<Record<string, string>>
@@ -72,7 +72,7 @@ export const startHubProcess = async (fleet: LocalFleet, options: HubProcessOpti
   const proc = fleet.spawn(
     options.name,
     bin,
-    ["hub", "--http-address", "127.0.0.1:0", ...(options.args ?? [])],
+    ["hub", "--http-address", "127.0.0.1:0", "--secure-serving", "false", ...(options.args ?? [])],
     { env: { ...process.env, ...options.env, KUBECONFIG: options.kubeconfigPath } },
   )
   const logLines = () => parseLogLines(readLog(proc.logFile))

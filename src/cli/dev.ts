@@ -70,6 +70,8 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
       config: {
         ...config,
         httpAddress: { host: "127.0.0.1", port },
+        // A local fleet on loopback: the dashboard, the API and status need no token here.
+        secureServing: false,
         probeIntervalMs: 2_000,
         runningPollMs: 5_000,
       },
@@ -93,6 +95,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
         `  fleet API   ${url}/api/v1/fleet`,
         `  metrics     ${url}/metrics`,
         `  status      bin/fleetcheck status --hub ${url}`,
+        "  access      open here (loopback); deploy/ turns on --secure-serving (docs/deploy.md §2a)",
         ...fleet.clusters.map((c) => `  ${c.name.padEnd(10)}  KUBECONFIG=${c.kubeconfigPath}`),
         `  kubectl     ${fleet.binDir}/kubectl`,
         "",

@@ -93,6 +93,18 @@ export const hubSettings = {
     "0.0.0.0:8080",
     "host:port for health, metrics, the fleet API and the dashboard ([::]:8080 for IPv6)",
   ),
+  secureServing: setting(
+    "secure-serving",
+    bool,
+    "true",
+    "every route but /healthz and /readyz needs a bearer token, authenticated by a TokenReview and authorized by a SubjectAccessReview on the path (non-resource URL, verb get) at the hub's own API server",
+  ),
+  dashboardAddress: setting(
+    "dashboard-address",
+    hostPort,
+    undefined,
+    "serve the dashboard without a token on this separate host:port, for the API server's service proxy (unset: the dashboard is on --http-address with the rest)",
+  ),
   leaderElect: setting("leader-elect", bool, "true", "campaign for the Lease; only the leader runs members"),
   leaseDurationMs: setting(
     "leader-elect-lease-duration",

@@ -10,12 +10,19 @@
 // query parameters: an unknown, repeated or oversized one is a 400 that says which, never ignored.
 // The dashboard links relatively only, so it works under any path prefix (kubectl proxy, the API
 // server's service proxy).
+//
+// With secure serving (ADR 0007) every route but /healthz and /readyz needs a bearer token that the
+// hub's API server authenticates and authorizes (access-review.ts); the verdict comes before routing,
+// so an anonymous caller learns nothing but 401. The dashboard may also be served on a listener of its
+// own without a token: the API server's service proxy does not forward the user's token, so there the
+// user's own RBAC (services/proxy) decides, and the network must admit only the API server.
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
 import type { FleetCheckView } from "../api/fleet.ts"
 import { parseSince } from "../api/report.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
+import { type AccessReview, verbOf } from "./access-review.ts"
 import { defaultHubConfig, type HubConfig } from "./config.ts"
 import { renderCheckPage, renderClusterPage } from "./dashboard/detail.ts"
 import { styleHash } from "./dashboard/layout.ts"
@@ -53,6 +60,10 @@ export interface HubHttpOptions {
   readonly identity: string
   /** The dashboard's settings (page size, trace link template). */
   readonly config: DashboardSettings
+  /** Secure serving: every route but the probes needs a token the API server accepts; undefined: none. */
+  readonly access: AccessReview | undefined
+  /** `all` routes, or the dashboard's only (its own listener, for the API server's service proxy). */
+  readonly serves: "all" | "dashboard"
 }
 
 /** The policy every answer carries: no script, no plugin, no frame, only the dashboard's stylesheet. */
@@ -168,16 +179,22 @@ export const readFilter = (
   }
 }
 
+const dashboardRoutes: Readonly<Record<string, ReadonlyArray<string>>> = {
+  "/": [...filterParams, "page"],
+  "/cluster": ["name", "page"],
+  "/check": ["cluster", "namespace", "name"],
+}
 const routes: Readonly<Record<string, ReadonlyArray<string>>> = {
   "/healthz": [],
   "/readyz": [],
   "/metrics": [],
   "/api/v1/fleet": [...filterParams, "limit", "continue"],
   "/api/v1/report": ["since", "cluster"],
-  "/": [...filterParams, "page"],
-  "/cluster": ["name", "page"],
-  "/check": ["cluster", "namespace", "name"],
+  ...dashboardRoutes,
 }
+
+/** The routes every caller may read, secure serving or not: the kubelet's probes carry no token. */
+export const openPaths: ReadonlyArray<string> = ["/healthz", "/readyz"]
 
 const isApi = (path: string) => path.startsWith("/api/")
 
@@ -226,16 +243,32 @@ const handle = async (
   const target = req.url ?? "/"
   const url = new URL(target.startsWith("/") ? target : "/", "http://hub.invalid")
   const path = url.pathname
-  const fail = (status: number, reason: string, message: string) =>
-    isApi(path)
+  const fail = (status: number, reason: string, message: string, headers: Record<string, string> = {}) => {
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v)
+    return isApi(path)
       ? sendJson(res, status, statusBody(status, reason, message))
       : path === "/" || path === "/cluster" || path === "/check"
         ? send(res, status, contentTypes.html, renderError(status, message))
         : send(res, status, contentTypes.text, `${message}\n`)
+  }
   if (req.method !== "GET" && req.method !== "HEAD")
     return fail(405, "MethodNotAllowed", "method not allowed")
   if (target.length > maxUrlLength) return fail(414, "RequestURITooLong", "the request URL is too long")
-  const allowed = routes[path]
+  if (options.access && !openPaths.includes(path)) {
+    const verdict = await options.access.review(req.headers.authorization, path, verbOf(req.method))
+    if (verdict.status !== 200)
+      return fail(
+        verdict.status,
+        verdict.reason,
+        verdict.message,
+        verdict.status === 401
+          ? { "www-authenticate": 'Bearer realm="fleetcheck"' }
+          : verdict.status === 429
+            ? { "retry-after": "1" }
+            : {},
+      )
+  }
+  const allowed = (options.serves === "dashboard" ? dashboardRoutes : routes)[path]
   if (allowed === undefined) return fail(404, "NotFound", "not found")
   const read = readParams(url, allowed)
   if (!read.ok) return fail(400, "BadRequest", read.error)

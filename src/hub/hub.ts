@@ -7,9 +7,17 @@ import { Effect, type Scope } from "effect"
 import type { FleetCheckView } from "../api/fleet.ts"
 import { hubLeaseName } from "../api/names.ts"
 import { makeGlobalLimit } from "../engine/global-limit.ts"
-import { makeKubeClient } from "../kube/client.ts"
+import { type KubeClient, makeKubeClient } from "../kube/client.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
+import {
+  type AccessReview,
+  makeAccessReview,
+  readSubjectAccessReview,
+  readTokenReview,
+  subjectAccessReviewBody,
+  tokenReviewBody,
+} from "./access-review.ts"
 import type { HubConfig } from "./config.ts"
 import type { MemberEntry } from "./fleet-state.ts"
 import { type Availability, startHubHttp } from "./http.ts"
@@ -30,6 +38,8 @@ export interface HubHandle {
   readonly members: Map<string, MemberEntry>
   readonly isLeader: () => boolean
   readonly port: number
+  /** The dashboard's own listener's port, when `dashboardAddress` is set. */
+  readonly dashboardPort: number | undefined
 }
 
 /**
@@ -88,23 +98,45 @@ export const runHub = Effect.fnUntraced(function* (
     Effect.suspend(() => fence.mayWrite),
   )
 
-  const { server, port } = yield* Effect.promise(() =>
-    startHubHttp({
-      host: config.httpAddress.host,
-      port: config.httpAddress.port,
-      members,
-      fleetChecks,
-      metrics,
-      isLeader: () => leading,
-      availability,
-      identity,
-      config,
-    }),
-  )
-  yield* Effect.addFinalizer(() => Effect.promise(() => new Promise<void>((r) => server.close(() => r()))))
-  yield* Effect.logInfo("hub serving").pipe(
-    Effect.annotateLogs({ address: `${config.httpAddress.host}:${port}`, identity }),
-  )
+  // Secure serving reviews callers' tokens at the hub's own API server with the hub's own identity,
+  // unfenced: a review writes nothing, and a standby must answer its callers too.
+  const access: AccessReview | undefined = config.secureServing
+    ? yield* makeKubeAccessReview(electorClient)
+    : undefined
+  const listen = (address: HubConfig["httpAddress"], serves: "all" | "dashboard") =>
+    Effect.gen(function* () {
+      const { server, port } = yield* Effect.promise(() =>
+        startHubHttp({
+          host: address.host,
+          port: address.port,
+          members,
+          fleetChecks,
+          metrics,
+          isLeader: () => leading,
+          availability,
+          identity,
+          config,
+          // The dashboard's own listener is for the API server's service proxy, which carries no token.
+          access: serves === "all" ? access : undefined,
+          serves,
+        }),
+      )
+      yield* Effect.addFinalizer(() =>
+        Effect.promise(() => new Promise<void>((r) => server.close(() => r()))),
+      )
+      yield* Effect.logInfo(serves === "all" ? "hub serving" : "dashboard serving").pipe(
+        Effect.annotateLogs({
+          address: `${address.host}:${port}`,
+          identity,
+          ...(serves === "all" ? { secureServing: config.secureServing } : {}),
+        }),
+      )
+      return port
+    })
+  const port = yield* listen(config.httpAddress, "all")
+  const dashboardPort = config.dashboardAddress
+    ? yield* listen(config.dashboardAddress, "dashboard")
+    : undefined
 
   const globalLimit = yield* makeGlobalLimit(config.maxConcurrentReconciles, metrics.addGlobalInflight)
   let drainGrace = () => config.drainGraceMs
@@ -167,5 +199,39 @@ export const runHub = Effect.fnUntraced(function* (
     leaderName = () => elector.observedHolder()
     yield* Effect.forkScoped(elector.run(leaderWork))
   }
-  return { identity, members, isLeader: () => leading, port }
+  return { identity, members, isLeader: () => leading, port, dashboardPort }
+})
+
+/** Access review through the hub's own client; a review the API server did not answer is logged here. */
+const makeKubeAccessReview = Effect.fnUntraced(function* (client: KubeClient) {
+  const services = yield* Effect.context<never>()
+  const run = <A>(what: string, effect: Effect.Effect<A, unknown>) =>
+    Effect.runPromiseWith(services)(
+      effect.pipe(
+        Effect.tapError((e) =>
+          Effect.logWarning(`${what} failed; the caller is answered 503`).pipe(
+            Effect.annotateLogs({ error: e instanceof Error ? e.message : String(e) }),
+          ),
+        ),
+      ),
+    )
+  const post = (path: string, body: unknown) =>
+    client.request<unknown>({ method: "POST", path, body, timeoutMs: 10_000 })
+  return makeAccessReview({
+    authenticate: (token) =>
+      run(
+        "TokenReview",
+        post("/apis/authentication.k8s.io/v1/tokenreviews", tokenReviewBody(token)).pipe(
+          Effect.flatMap((b) => Effect.try(() => readTokenReview(b))),
+        ),
+      ),
+    authorize: (user, path, verb) =>
+      run(
+        "SubjectAccessReview",
+        post(
+          "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+          subjectAccessReviewBody(user, path, verb),
+        ).pipe(Effect.flatMap((b) => Effect.try(() => readSubjectAccessReview(b)))),
+      ),
+  })
 })

@@ -31,6 +31,8 @@ export interface LaunchOptions {
 
 export interface LaunchedHub extends HubHandle {
   readonly url: string
+  /** The dashboard's own listener (for the API server's service proxy), when `dashboardAddress` is set. */
+  readonly dashboardUrl: string | undefined
   readonly metrics: FleetMetrics
   /** Closes the hub's scope as SIGTERM does; resolves once members drained and the lease is released. */
   readonly stop: () => Promise<void>
@@ -78,13 +80,16 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
         metrics,
       }).pipe(Scope.provide(scope), Effect.provide(services)),
     )
-    const host = config.httpAddress.host
-    const urlHost =
-      host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host
+    const urlOf = (host: string, port: number) =>
+      `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${port}`
     let stopped: Promise<void> | undefined
     return {
       ...hub,
-      url: `http://${urlHost}:${hub.port}`,
+      url: urlOf(config.httpAddress.host, hub.port),
+      dashboardUrl:
+        config.dashboardAddress && hub.dashboardPort !== undefined
+          ? urlOf(config.dashboardAddress.host, hub.dashboardPort)
+          : undefined,
       metrics,
       stop: () => {
         stopped ??= close()

@@ -56,6 +56,8 @@ const { server, port } = await startHubHttp({
   isLeader: () => true,
   availability: () => ({ answers: true }),
   identity: "bench",
+  access: undefined,
+  serves: "all",
 })
 const base = `http://127.0.0.1:${port}`
 

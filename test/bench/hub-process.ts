@@ -9,6 +9,7 @@ const hub = await launchHub({
     ...defaultHubConfig,
     kubeconfig: process.env.KUBECONFIG ?? "",
     httpAddress: { host: "127.0.0.1", port: 0 },
+    secureServing: false,
     leaderElect: false,
     probeIntervalMs: 2_000,
     logLevel: "Warn",

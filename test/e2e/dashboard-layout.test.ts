@@ -106,6 +106,8 @@ describe("dashboard layout in a real browser", () => {
       isLeader: () => true,
       availability: () => ({ answers: true }),
       identity: "hub-layout",
+      access: undefined,
+      serves: "all",
       config: { dashboardPageSize: 100, traceUrlTemplate: "https://tempo.example/trace/{traceID}" },
     })
     hub = s.server

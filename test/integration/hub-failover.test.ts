@@ -45,7 +45,17 @@ describe("two hubs at once", () => {
     const port = await freePort()
     const child = spawn(
       bin,
-      ["hub", "--http-address", `127.0.0.1:${port}`, "--probe-interval", "1s", "--running-poll", "2s"],
+      [
+        "hub",
+        "--http-address",
+        `127.0.0.1:${port}`,
+        "--secure-serving",
+        "false",
+        "--probe-interval",
+        "1s",
+        "--running-poll",
+        "2s",
+      ],
       {
         env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath, FLEETCHECK_LOG_LEVEL: "Info" },
         stdio: ["ignore", "pipe", "pipe"],

@@ -14,6 +14,8 @@ export const hubNamespace = defaultHubNamespace
 export const fastConfig: HubConfig = {
   ...defaultHubConfig,
   httpAddress: { host: "127.0.0.1", port: 0 },
+  // Tests read the API without tokens; the secure-serving tests turn it on.
+  secureServing: false,
   leaderElect: false,
   probeIntervalMs: 500,
   probeFailureThreshold: 3,

@@ -33,6 +33,9 @@ describe("hub configuration", () => {
     assert.strictEqual(c.namespace, "fleetcheck-system")
     assert.deepStrictEqual(c.httpAddress, { host: "0.0.0.0", port: 8080 })
     assert.strictEqual(c.kubeconfig, undefined)
+    // Secure by default: a hub started without flags answers only probes without a token.
+    assert.strictEqual(c.secureServing, true)
+    assert.strictEqual(c.dashboardAddress, undefined)
   })
 
   it("--help lists every setting with its environment variable and default", () => {
@@ -53,6 +56,8 @@ describe("hub configuration", () => {
       kubeconfig: "/tmp/hub.kubeconfig",
       namespace: "hub-ns",
       "http-address": "[::1]:9090",
+      "secure-serving": "false",
+      "dashboard-address": "0.0.0.0:8081",
       "leader-elect": "false",
       "leader-elect-lease-duration": "30s",
       "leader-elect-renew-deadline": "20s",
@@ -93,6 +98,8 @@ describe("hub configuration", () => {
     assert.notDeepEqual(byFlag, defaultHubConfig)
     assert.strictEqual(byFlag.probeIntervalMs, 90_000)
     assert.deepStrictEqual(byFlag.httpAddress, { host: "::1", port: 9090 })
+    assert.strictEqual(byFlag.secureServing, false)
+    assert.deepStrictEqual(byFlag.dashboardAddress, { host: "0.0.0.0", port: 8081 })
     const both = parseHubFlags(["--workers-per-member", "9"], { FLEETCHECK_WORKERS_PER_MEMBER: "2" })
     assert.strictEqual(both.workersPerMember, 9)
   })

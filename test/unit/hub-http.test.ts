@@ -5,6 +5,7 @@
 import type { Server } from "node:http"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { FleetViewSchema } from "../../src/api/fleet.ts"
+import { makeAccessReview } from "../../src/hub/access-review.ts"
 import { defaultHubConfig, resolveHubConfig } from "../../src/hub/config.ts"
 import type { MemberEntry } from "../../src/hub/fleet-state.ts"
 import { type Availability, contentSecurityPolicy, startHubHttp } from "../../src/hub/http.ts"
@@ -68,6 +69,8 @@ const start = async (
     isLeader: () => true,
     availability: () => availability,
     identity: "hub-test",
+    access: undefined,
+    serves: "all",
     config,
   })
 
@@ -415,5 +418,83 @@ describe("dashboard settings", () => {
     for (const bad of ["https://t.example/", "javascript:alert('{traceID}')", "https://t.example/ {traceID}"])
       assert.throws(() => resolveHubConfig({ "trace-url-template": bad }, {}), /--trace-url-template/)
     assert.throws(() => resolveHubConfig({ "dashboard-page-size": "5" }, {}), /--dashboard-page-size/)
+  })
+})
+
+describe("secure serving", () => {
+  // An in-memory reviewer: "reader" may get every path, "nobody" none, any other token is unknown.
+  const access = makeAccessReview({
+    authenticate: async (token) => (["reader", "nobody"].includes(token) ? { username: token } : undefined),
+    authorize: async (user) => user.username === "reader",
+  })
+  let secure: Server | undefined
+  let dashboardOnly: Server | undefined
+  let secureBase = ""
+  let dashboardBase = ""
+  beforeAll(async () => {
+    const common = {
+      host: "127.0.0.1",
+      port: 0,
+      members,
+      metrics: makeMetrics(),
+      isLeader: () => true,
+      availability: () => availability,
+      identity: "hub-secure",
+      config: defaultHubConfig,
+    }
+    const a = await startHubHttp({ ...common, access, serves: "all" })
+    const b = await startHubHttp({ ...common, access: undefined, serves: "dashboard" })
+    secure = a.server
+    dashboardOnly = b.server
+    secureBase = `http://127.0.0.1:${a.port}`
+    dashboardBase = `http://127.0.0.1:${b.port}`
+  })
+  afterAll(async () => {
+    for (const s of [secure, dashboardOnly]) await new Promise((r) => s?.close(r))
+  })
+  const as = async (path: string, token?: string, b = secureBase) => {
+    const res = await fetch(`${b}${path}`, token ? { headers: { authorization: `Bearer ${token}` } } : {})
+    return { res, text: await res.text() }
+  }
+  const protectedPaths = ["/metrics", "/api/v1/fleet", "/", "/cluster?name=m1", "/nope", "/api/v1/nope"]
+
+  it("probes stay open; every other path is 401 without a token or with an unknown one, before routing", async () => {
+    for (const path of ["/healthz", "/readyz"]) assert.strictEqual((await as(path)).res.status, 200, path)
+    for (const path of protectedPaths)
+      for (const token of [undefined, "random"]) {
+        const { res, text } = await as(path, token)
+        assert.strictEqual(res.status, 401, `${path} ${token}`)
+        assert.strictEqual(res.headers.get("www-authenticate"), 'Bearer realm="fleetcheck"')
+        assert.strictEqual(res.headers.get("content-security-policy"), contentSecurityPolicy, path)
+        assert.strictEqual(res.headers.get("x-content-type-options"), "nosniff", path)
+        assert.strictEqual(res.headers.get("referrer-policy"), "no-referrer", path)
+        assert.notInclude(text, "m1", "nothing of the fleet before the verdict")
+      }
+    const api = await as("/api/v1/fleet")
+    assert.strictEqual(api.res.headers.get("content-type"), "application/json; charset=utf-8")
+    assert.strictEqual(JSON.parse(api.text).reason, "Unauthorized")
+  })
+
+  it("403 when the review denies, the route's own answer when it allows", async () => {
+    for (const path of protectedPaths) assert.strictEqual((await as(path, "nobody")).res.status, 403, path)
+    assert.strictEqual((await as("/metrics", "reader")).res.status, 200)
+    const fleet = await as("/api/v1/fleet?limit=1", "reader")
+    assert.strictEqual(fleet.res.status, 200)
+    assert.isTrue(FleetViewSchema.safeParse(JSON.parse(fleet.text)).success)
+    assert.strictEqual((await as("/nope", "reader")).res.status, 404)
+    assert.strictEqual((await as("/api/v1/fleet?bogus=1", "reader")).res.status, 400)
+  })
+
+  it("the dashboard's own listener serves the dashboard only, without a token, with the same headers", async () => {
+    for (const path of ["/", "/cluster?name=m1", "/check?cluster=m1&namespace=shop&name=orders"]) {
+      const { res } = await as(path, undefined, dashboardBase)
+      assert.strictEqual(res.status, 200, path)
+      assert.strictEqual(res.headers.get("content-security-policy"), contentSecurityPolicy, path)
+    }
+    for (const path of ["/metrics", "/api/v1/fleet", "/healthz", "/readyz"]) {
+      const { res } = await as(path, "reader", dashboardBase)
+      assert.strictEqual(res.status, 404, path)
+      assert.strictEqual(res.headers.get("x-content-type-options"), "nosniff", path)
+    }
   })
 })
