@@ -1,13 +1,23 @@
 // `fleetcheck status`: the fleet at a glance in the terminal, read from the hub's /api/v1/fleet.
 // Exit codes for scripts: 0 every check verified and every cluster healthy, 1 something is failing or
-// unknown, 3 the hub could not be reached or answered nonsense.
+// unknown, 3 the hub could not be reached, refused the caller or answered nonsense.
+//
+// A hub with secure serving wants a bearer token its API server accepts: status sends the one the
+// user's kubeconfig gives (a token, or what an exec or auth-provider plugin returns, through
+// client-node's KubeConfig), as kubectl would to the API server, and explains a 401 or 403.
+import type { RequestOptions } from "node:https"
 import { parseArgs } from "node:util"
+import { KubeConfig } from "@kubernetes/client-node"
 import { type FleetView, FleetViewSchema, isFleetHealthy } from "../api/fleet.ts"
 
-export const statusUsage = `Usage: fleetcheck status [--hub URL] [--cluster NAME] [--failing] [--limit N] [-o table|json]
+export const statusUsage = `Usage: fleetcheck status [--hub URL] [--kubeconfig FILE] [--context NAME] [--cluster NAME] [--failing] [--limit N] [-o table|json]
 
 The fleet at a glance, read from the hub's /api/v1/fleet, page after page.
   --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080)
+  --kubeconfig F   whose bearer token to send (default $KUBECONFIG, ~/.kube/config, in-cluster);
+                   a hub with --secure-serving asks its API server who that is and whether they may
+                   get /api/v1/fleet. The token goes to --hub: point it at your own hub only.
+  --context NAME   the kubeconfig context to use (default its current context)
   --cluster NAME   one member only
   --failing        only checks that are not verified, and clusters that are not healthy
   --limit N        clusters and checks per request (default 500); every page is read
@@ -109,8 +119,74 @@ export const renderStatus = (view: FleetView): string => {
 /** One answer of the hub, or why it is not one. */
 type Answer = { readonly view: FleetView; readonly raw: Record<string, unknown> } | { readonly error: string }
 
-const readPage = async (url: URL): Promise<Answer> => {
-  const answer = await fetch(url, { signal: AbortSignal.timeout(10_000) }).then(
+/** The Authorization header to send and whom it speaks for; `who` names the kubeconfig user for messages. */
+export interface Credentials {
+  readonly authorization: string | undefined
+  readonly who: string
+}
+
+/**
+ * The bearer token the kubeconfig gives for its (or the named) context. Without an explicit file a
+ * missing kubeconfig is no error: a hub without secure serving needs none. Client certificates are not
+ * sent (the hub serves plain HTTP); such a user is named in the 401 message.
+ */
+export const kubeconfigCredentials = async (
+  file: string | undefined,
+  context: string | undefined,
+): Promise<Credentials | { readonly error: string }> => {
+  const kc = new KubeConfig()
+  try {
+    if (file) kc.loadFromFile(file)
+    else kc.loadFromDefault()
+    if (context) {
+      if (!kc.getContextObject(context))
+        return { error: `kubeconfig has no context ${JSON.stringify(context)}` }
+      kc.setCurrentContext(context)
+    }
+  } catch (e) {
+    if (!file && !context) return { authorization: undefined, who: "no kubeconfig" }
+    return { error: `cannot read the kubeconfig: ${e instanceof Error ? e.message : String(e)}` }
+  }
+  const user = kc.getCurrentUser()
+  const who = `kubeconfig user ${JSON.stringify(user?.name ?? "")} (context ${JSON.stringify(kc.getCurrentContext())})`
+  const opts: RequestOptions = {}
+  try {
+    // Only the user's credentials matter: paired with a placeholder https cluster, client-node neither
+    // refuses an http:// server of the kubeconfig's nor reads its CA.
+    const userOnly = new KubeConfig()
+    if (user)
+      userOnly.loadFromOptions({
+        clusters: [{ name: "hub", server: "https://hub.invalid", skipTLSVerify: false }],
+        users: [user],
+        contexts: [{ name: "hub", cluster: "hub", user: user.name }],
+        currentContext: "hub",
+      })
+    await userOnly.applyToHTTPSOptions(opts)
+  } catch (e) {
+    return { error: `cannot get a token for ${who}: ${e instanceof Error ? e.message : String(e)}` }
+  }
+  const headers = (opts.headers ?? {}) as Record<string, unknown>
+  const authorization = headers.Authorization ?? headers.authorization
+  return {
+    authorization:
+      typeof authorization === "string" && /^Bearer \S+$/.test(authorization) ? authorization : undefined,
+    who,
+  }
+}
+
+/** What a 401 or 403 from the hub means for this caller, and what to do about it. */
+export const refusalMessage = (status: 401 | 403, hubMessage: string, credentials: Credentials): string =>
+  status === 401
+    ? credentials.authorization === undefined
+      ? `the hub wants a bearer token (401: ${hubMessage}); ${credentials.who} has none: use a context with a token or an exec plugin, or --kubeconfig`
+      : `the hub's API server did not accept the token of ${credentials.who} (401: ${hubMessage}); is it expired, or for another cluster than the hub's?`
+    : `${credentials.who} may not read the fleet (403: ${hubMessage}); bind it a ClusterRole allowing get on nonResourceURLs ["/api/v1/fleet"] in the hub's cluster (deploy/hub/access/fleet-reader.yaml)`
+
+const readPage = async (url: URL, credentials: Credentials): Promise<Answer> => {
+  const answer = await fetch(url, {
+    signal: AbortSignal.timeout(10_000),
+    ...(credentials.authorization ? { headers: { authorization: credentials.authorization } } : {}),
+  }).then(
     async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
     (e: unknown) => (e instanceof Error ? e.message : String(e)),
   )
@@ -125,6 +201,8 @@ const readPage = async (url: URL): Promise<Answer> => {
   if (!answer.ok) {
     // A standby or syncing hub answers 503 and says why (and who leads): that is not "all good".
     const why = (json?.value as { message?: unknown } | undefined)?.message
+    if (answer.status === 401 || answer.status === 403)
+      return { error: refusalMessage(answer.status, typeof why === "string" ? why : "refused", credentials) }
     return { error: `HTTP ${answer.status}${typeof why === "string" ? `: ${why}` : ""}` }
   }
   if (json === undefined) return { error: "the answer is not JSON" }
@@ -145,6 +223,8 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     args: [...args],
     options: {
       hub: { type: "string", default: process.env.FLEETCHECK_HUB_URL ?? "http://127.0.0.1:8080" },
+      kubeconfig: { type: "string" },
+      context: { type: "string" },
       cluster: { type: "string" },
       failing: { type: "boolean", default: false },
       limit: { type: "string", default: "500" },
@@ -170,8 +250,10 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck status: cannot read ${url.href}: ${terminalSafe(why)}\n`)
     return 3
   }
+  const credentials = await kubeconfigCredentials(values.kubeconfig, values.context)
+  if ("error" in credentials) return cannotRead(credentials.error)
   // Every page, concatenated: the first page's totals and header, every page's clusters and checks.
-  const first = await readPage(url)
+  const first = await readPage(url, credentials)
   if ("error" in first) return cannotRead(first.error)
   const clusters = [...first.view.clusters]
   const checks = [...first.view.checks]
@@ -183,7 +265,7 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     tokens.add(token)
     const next = new URL(url)
     next.searchParams.set("continue", token)
-    const page = await readPage(next)
+    const page = await readPage(next, credentials)
     if ("error" in page) return cannotRead(`page ${tokens.size + 1}: ${page.error}`)
     clusters.push(...page.view.clusters)
     checks.push(...page.view.checks)

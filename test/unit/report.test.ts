@@ -193,6 +193,8 @@ describe("/api/v1/report and fleetcheck report", () => {
       availability: () => ({ answers: true }),
       isLeader: () => true,
       identity: "hub-test",
+      access: undefined,
+      serves: "all",
     })
     server = s.server
     hub = `http://127.0.0.1:${s.port}`

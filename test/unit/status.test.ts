@@ -1,9 +1,13 @@
 // `fleetcheck status` reads every page of the fleet API: the table and the exit code cover the whole
 // fleet, not the first page; a page that fails mid-walk is exit 3, never a partial "all good".
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import type { Server } from "node:http"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
 import type { FleetCheckView, FleetView } from "../../src/api/fleet.ts"
 import { renderStatus, runStatus } from "../../src/cli/status.ts"
+import { makeAccessReview } from "../../src/hub/access-review.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { type Availability, startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
@@ -35,6 +39,8 @@ beforeAll(async () => {
     isLeader: () => true,
     availability: () => availability,
     identity: "hub-test",
+    access: undefined,
+    serves: "all",
   })
   server = s.server
   server.prependListener("request", (req) => {
@@ -165,5 +171,105 @@ describe("status with objectives", () => {
   it("is unchanged without objectives", () => {
     const text = renderStatus(objectivesView(false))
     assert.notMatch(text, /OBJECTIVES|missed an objective/)
+  })
+})
+
+describe("fleetcheck status against a hub with secure serving", () => {
+  // The hub's review is in memory here ("reader" may read, "nobody" may not; the API-server-backed
+  // review is proven in test/integration/deploy.test.ts). What is under test: which token status sends.
+  const seen: Array<string | undefined> = []
+  let secure: Server | undefined
+  let secureHub = ""
+  const dir = mkdtempSync(join(tmpdir(), "status-kubeconfig-"))
+  const kubeconfig = (name: string, user: Record<string, unknown>) => {
+    const file = join(dir, `${name}.kubeconfig`)
+    writeFileSync(
+      file,
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Config",
+        clusters: [{ name: "hub", cluster: { server: "https://hub.invalid:6443" } }],
+        users: [{ name, user }],
+        contexts: [{ name: "hub", context: { cluster: "hub", user: name } }],
+        "current-context": "hub",
+      }),
+    )
+    return file
+  }
+  beforeAll(async () => {
+    const s = await startHubHttp({
+      config: defaultHubConfig,
+      host: "127.0.0.1",
+      port: 0,
+      members,
+      metrics: makeMetrics(),
+      isLeader: () => true,
+      availability: () => ({ answers: true }),
+      identity: "hub-secure",
+      access: makeAccessReview({
+        authenticate: async (t) => (["reader", "nobody"].includes(t) ? { username: `user-${t}` } : undefined),
+        authorize: async (u) => u.username === "user-reader",
+      }),
+      serves: "all",
+    })
+    secure = s.server
+    secure.prependListener("request", (req) => seen.push(req.headers.authorization))
+    secureHub = `http://127.0.0.1:${s.port}`
+  })
+  afterAll(async () => {
+    await new Promise((r) => secure?.close(r))
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  it("sends the kubeconfig's bearer token on every page", async () => {
+    seen.length = 0
+    const r = await run([
+      "--hub",
+      secureHub,
+      "--limit",
+      "5",
+      "--kubeconfig",
+      kubeconfig("t", { token: "reader" }),
+    ])
+    assert.strictEqual(r.code, 0, r.err)
+    assert.strictEqual(seen.length, 3)
+    assert.deepStrictEqual(new Set(seen), new Set(["Bearer reader"]))
+  })
+
+  it("sends the token an exec credential plugin returns", async () => {
+    const credential = JSON.stringify({
+      apiVersion: "client.authentication.k8s.io/v1",
+      kind: "ExecCredential",
+      status: { token: "reader" },
+    })
+    const file = kubeconfig("exec", {
+      exec: {
+        apiVersion: "client.authentication.k8s.io/v1",
+        command: process.execPath,
+        args: ["-e", `process.stdout.write(${JSON.stringify(credential)})`],
+        interactiveMode: "Never",
+      },
+    })
+    const r = await run(["--hub", secureHub, "--kubeconfig", file])
+    assert.strictEqual(r.code, 0, r.err)
+  })
+
+  it("explains 401 without a token or with a rejected one, and 403, with exit 3", async () => {
+    const none = await run(["--hub", secureHub, "--kubeconfig", kubeconfig("none", {})])
+    assert.strictEqual(none.code, 3)
+    assert.match(none.err, /wants a bearer token .*kubeconfig user "none" \(context "hub"\) has none/)
+    const bad = await run(["--hub", secureHub, "--kubeconfig", kubeconfig("bad", { token: "stolen" })])
+    assert.strictEqual(bad.code, 3)
+    assert.match(bad.err, /did not accept the token of kubeconfig user "bad".*401/)
+    const denied = await run(["--hub", secureHub, "--kubeconfig", kubeconfig("nobody", { token: "nobody" })])
+    assert.strictEqual(denied.code, 3)
+    assert.match(
+      denied.err,
+      /kubeconfig user "nobody" .*may not read the fleet \(403: .*user-nobody.*nonResourceURLs/,
+    )
+    assert.strictEqual(denied.out, "")
+    const missing = await run(["--hub", secureHub, "--kubeconfig", join(dir, "absent")])
+    assert.strictEqual(missing.code, 3)
+    assert.match(missing.err, /cannot read the kubeconfig/)
   })
 })
