@@ -1,9 +1,14 @@
 // Who may read the hub's protected routes, decided the way controller-runtime's secure metrics serving
 // and kube-rbac-proxy decide it: the request's bearer token is authenticated by a TokenReview and the
-// user it names is authorized by a SubjectAccessReview on the request's non-resource URL (path, verb),
-// both at the hub's own API server with the hub's own credentials. No token or a bad one is 401, a
-// denied review is 403, a review the API server could not answer is 503 (never a 401: the token may be
-// fine).
+// user it names is authorized by a SubjectAccessReview, both at the hub's own API server with the hub's
+// own credentials. No token or a bad one is 401, a denied review is 403, a review the API server could
+// not answer is 503 (never a 401: the token may be fine).
+//
+// What is reviewed: the request's path as a non-resource URL (verb get), except for the fleet API. Its
+// paths lie under /api/, which the API server's built-in `system:discovery` ClusterRole grants to every
+// authenticated user (`/api/*`), so a non-resource review there would allow anyone with a token. The
+// fleet API's routes are reviewed as a resource of the fleetcheck.io group instead, as the kubelet's
+// /metrics is reviewed as `nodes/metrics`: /api/v1/fleet is `get` on `fleet.fleetcheck.io`.
 //
 // Verdicts are cached briefly and boundedly, and reviews the cache cannot answer are rate-limited, so a
 // flood of random tokens neither grows memory nor sends the API server more than `reviewsPerSecond`
@@ -32,10 +37,16 @@ export interface ReviewedUser {
 }
 
 /** What the hub asks its API server; the adapter over a KubeClient is in hub.ts. */
+/** What a request is authorized as: a non-resource URL, or a resource of an API group (cluster-wide). */
+export type ReviewTarget = { readonly path: string } | { readonly group: string; readonly resource: string }
+
+export const describeTarget = (t: ReviewTarget): string =>
+  "path" in t ? `path ${JSON.stringify(t.path)}` : `${t.resource}.${t.group}`
+
 export interface Reviewer {
   /** The user the token belongs to, or undefined when the API server does not authenticate it. */
   readonly authenticate: (token: string) => Promise<ReviewedUser | undefined>
-  readonly authorize: (user: ReviewedUser, path: string, verb: string) => Promise<boolean>
+  readonly authorize: (user: ReviewedUser, target: ReviewTarget, verb: string) => Promise<boolean>
 }
 
 export type Verdict =
@@ -78,7 +89,7 @@ export const tokenReviewBody = (token: string) => ({
   spec: { token },
 })
 
-export const subjectAccessReviewBody = (user: ReviewedUser, path: string, verb: string) => ({
+export const subjectAccessReviewBody = (user: ReviewedUser, target: ReviewTarget, verb: string) => ({
   apiVersion: "authorization.k8s.io/v1",
   kind: "SubjectAccessReview",
   spec: {
@@ -86,7 +97,9 @@ export const subjectAccessReviewBody = (user: ReviewedUser, path: string, verb: 
     ...(user.uid ? { uid: user.uid } : {}),
     ...(user.groups ? { groups: user.groups } : {}),
     ...(user.extra ? { extra: user.extra } : {}),
-    nonResourceAttributes: { path, verb },
+    ...("path" in target
+      ? { nonResourceAttributes: { path: target.path, verb } }
+      : { resourceAttributes: { group: target.group, resource: target.resource, verb } }),
   },
 })
 
@@ -160,8 +173,8 @@ const makePermits = (perSecond: number, burst: number, maxWaiting: number, now: 
 }
 
 export interface AccessReview {
-  /** The verdict for a request's Authorization header on `path` with `verb`. */
-  readonly review: (authorization: string | undefined, path: string, verb: string) => Promise<Verdict>
+  /** The verdict for a request's Authorization header on `target` with `verb`. */
+  readonly review: (authorization: string | undefined, target: ReviewTarget, verb: string) => Promise<Verdict>
   /** Verdicts held (authentication + authorization) and requests waiting: for tests and benchmarks. */
   readonly stats: () => { readonly cached: number; readonly waiting: number }
 }
@@ -178,7 +191,13 @@ export const makeAccessReview = (reviewer: Reviewer, now: () => number = Date.no
     message: "too many credential reviews at once; retry shortly",
   }
 
-  const decide = async (token: string, hash: string, path: string, verb: string): Promise<Verdict> => {
+  const decide = async (
+    token: string,
+    hash: string,
+    target: ReviewTarget,
+    verb: string,
+    key: string,
+  ): Promise<Verdict> => {
     let user = users.get(hash, now())
     if (user === undefined) {
       if (!(await permits.take())) return busy
@@ -187,11 +206,10 @@ export const makeAccessReview = (reviewer: Reviewer, now: () => number = Date.no
     }
     if (user === null)
       return { status: 401, reason: "Unauthorized", message: "the bearer token was not authenticated" }
-    const key = `${hash} ${verb} ${path}`
     let allowed = decisions.get(key, now())
     if (allowed === undefined) {
       if (!(await permits.take())) return busy
-      allowed = await reviewer.authorize(user, path, verb)
+      allowed = await reviewer.authorize(user, target, verb)
       decisions.set(key, allowed, now())
     }
     return allowed
@@ -199,12 +217,12 @@ export const makeAccessReview = (reviewer: Reviewer, now: () => number = Date.no
       : {
           status: 403,
           reason: "Forbidden",
-          message: `user ${JSON.stringify(user.username)} may not ${verb} path ${JSON.stringify(path)}`,
+          message: `user ${JSON.stringify(user.username)} may not ${verb} ${describeTarget(target)}`,
         }
   }
 
   return {
-    review: (authorization, path, verb) => {
+    review: (authorization, target, verb) => {
       const token = bearerToken(authorization)
       if (token === undefined)
         return Promise.resolve({
@@ -213,12 +231,12 @@ export const makeAccessReview = (reviewer: Reviewer, now: () => number = Date.no
           message: "a bearer token is required (Authorization: Bearer <token>)",
         })
       const hash = createHash("sha256").update(token).digest("hex")
-      const key = `${hash} ${verb} ${path}`
+      const key = `${hash} ${verb} ${"path" in target ? `url ${target.path}` : `res ${target.group} ${target.resource}`}`
       const running = inflight.get(key)
       if (running) return running
       // The reviewer logs why (the API server's answer names the hub's own identity): the caller only
       // learns that it was not a verdict.
-      const verdict = decide(token, hash, path, verb)
+      const verdict = decide(token, hash, target, verb, key)
         .catch(
           (): Verdict => ({
             status: 503,

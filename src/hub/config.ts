@@ -97,7 +97,7 @@ export const hubSettings = {
     "secure-serving",
     bool,
     "true",
-    "every route but /healthz and /readyz needs a bearer token, authenticated by a TokenReview and authorized by a SubjectAccessReview on the path (non-resource URL, verb get) at the hub's own API server",
+    "every route but /healthz and /readyz needs a bearer token, authenticated by a TokenReview and authorized by a SubjectAccessReview (verb get; the path as a non-resource URL, /api/v1/fleet as the resource fleet.fleetcheck.io) at the hub's own API server",
   ),
   dashboardAddress: setting(
     "dashboard-address",

@@ -12,7 +12,8 @@
 // server's service proxy).
 //
 // With secure serving (ADR 0007) every route but /healthz and /readyz needs a bearer token that the
-// hub's API server authenticates and authorizes (access-review.ts); the verdict comes before routing,
+// hub's API server authenticates and authorizes (access-review.ts: the fleet API as `get` on a
+// fleetcheck.io resource, every other path as a non-resource URL); the verdict comes before routing,
 // so an anonymous caller learns nothing but 401. The dashboard may also be served on a listener of its
 // own without a token: the API server's service proxy does not forward the user's token, so there the
 // user's own RBAC (services/proxy) decides, and the network must admit only the API server.
@@ -22,7 +23,7 @@ import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
 import type { FleetCheckView } from "../api/fleet.ts"
 import { parseSince } from "../api/report.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
-import { type AccessReview, verbOf } from "./access-review.ts"
+import { type AccessReview, type ReviewTarget, verbOf } from "./access-review.ts"
 import { defaultHubConfig, type HubConfig } from "./config.ts"
 import { renderCheckPage, renderClusterPage } from "./dashboard/detail.ts"
 import { styleHash } from "./dashboard/layout.ts"
@@ -193,6 +194,15 @@ const routes: Readonly<Record<string, ReadonlyArray<string>>> = {
   ...dashboardRoutes,
 }
 
+/**
+ * What secure serving authorizes each fleet API route as: a resource of the fleetcheck.io group, since
+ * the non-resource URLs under /api/ are every authenticated user's by the built-in system:discovery role.
+ */
+export const apiResources: Readonly<Record<string, ReviewTarget>> = {
+  "/api/v1/fleet": { group: "fleetcheck.io", resource: "fleet" },
+}
+export const reviewTargetOf = (path: string): ReviewTarget => apiResources[path] ?? { path }
+
 /** The routes every caller may read, secure serving or not: the kubelet's probes carry no token. */
 export const openPaths: ReadonlyArray<string> = ["/healthz", "/readyz"]
 
@@ -255,7 +265,11 @@ const handle = async (
     return fail(405, "MethodNotAllowed", "method not allowed")
   if (target.length > maxUrlLength) return fail(414, "RequestURITooLong", "the request URL is too long")
   if (options.access && !openPaths.includes(path)) {
-    const verdict = await options.access.review(req.headers.authorization, path, verbOf(req.method))
+    const verdict = await options.access.review(
+      req.headers.authorization,
+      reviewTargetOf(path),
+      verbOf(req.method),
+    )
     if (verdict.status !== 200)
       return fail(
         verdict.status,

@@ -3,9 +3,14 @@
 // ServiceAccount, then the real hub running under those tokens); and the Dockerfile's own steps, run
 // outside Docker, build an entrypoint that starts, leads and shuts down cleanly. One cluster plays hub
 // and member: the two identities are distinct ServiceAccounts, so neither's rights mask the other's.
+// Secure serving is proven here too, with deploy/'s RBAC: tokens minted by TokenRequest for
+// ServiceAccounts with and without the example roles, against the hub directly and through the API
+// server's service proxy (which refuses loopback endpoints, so that hub listens on this machine's
+// non-loopback address).
 import { spawn } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { homedir, tmpdir } from "node:os"
+import { request as httpsRequest } from "node:https"
+import { homedir, networkInterfaces, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import { Logger, References } from "effect"
@@ -18,6 +23,8 @@ import {
   renderKubeconfig,
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
+import { maxWaitingReviews, reviewBurst, reviewsPerSecond } from "../../src/hub/access-review.ts"
+import { contentSecurityPolicy } from "../../src/hub/http.ts"
 import { launchHub } from "../../src/hub/launch.ts"
 import { buildStages, collect, parseDockerfile, runToEnd, tryJson } from "../support/dockerfile.ts"
 import { fastConfig } from "../support/hub.ts"
@@ -107,6 +114,41 @@ const job = (name: string, owner?: { name: string; uid: string }) => ({
     template: { spec: { restartPolicy: "Never", containers: [{ name: "restore", image: "restore:1" }] } },
   },
 })
+
+/** This machine's first non-loopback IPv4 address: the API server will not proxy to loopback. */
+const nonLoopbackAddress = (): string => {
+  for (const addresses of Object.values(networkInterfaces()))
+    for (const a of addresses ?? []) if (a.family === "IPv4" && !a.internal) return a.address
+  throw new Error(
+    "this machine has no non-loopback IPv4 address: the service-proxy test needs one (kube-apiserver refuses to proxy to loopback endpoints)",
+  )
+}
+
+interface Fetched {
+  readonly status: number
+  readonly headers: Record<string, string | string[] | undefined>
+  readonly text: string
+}
+
+/** GET over the API server's TLS with a bearer token; the answer's headers too (the hub's, proxied). */
+const getAs = (cluster: LocalCluster, token: string | undefined, path: string): Promise<Fetched> =>
+  new Promise((resolve, reject) => {
+    const req = httpsRequest(
+      new URL(path, cluster.server),
+      { ca: cluster.caPem, headers: token ? { authorization: `Bearer ${token}` } : {}, timeout: 10_000 },
+      (res) => {
+        let text = ""
+        res.setEncoding("utf8")
+        res.on("data", (c: string) => {
+          text += c
+        })
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }))
+      },
+    )
+    req.once("timeout", () => req.destroy(new Error(`GET ${path}: timeout`)))
+    req.once("error", reject)
+    req.end()
+  })
 
 const yamlDocs = (file: string) =>
   parseAllDocuments(readFileSync(join(repo, file), "utf8")).map((d) => d.toJS() as any)
@@ -609,6 +651,229 @@ describe("deploy/: manifests, RBAC and image", () => {
       "no request of the hub was refused",
     ).toEqual([])
     expect(logs.some((l) => l.includes("became leader"))).toBe(true)
+  })
+
+  it("secure serving: tokens reviewed by the API server; the dashboard through the service proxy by services/proxy RBAC", async () => {
+    const address = nonLoopbackAddress()
+    // Readers: one per example role in deploy/hub/access-roles.yaml, bound the way docs/deploy.md says,
+    // and a stranger with no role. Tokens from TokenRequest, as Prometheus' or a person's would be.
+    const readers = ["metrics-scraper", "fleet-reader", "dashboard-viewer", "stranger"]
+    for (const name of readers)
+      expect(
+        (await c.api("POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name } })).status,
+      ).toBe(201)
+    const bind = async (kind: "ClusterRoleBinding" | "RoleBinding", name: string, role: string) => {
+      const path =
+        kind === "ClusterRoleBinding"
+          ? "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+          : `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings`
+      const r = await c.api("POST", path, {
+        metadata: { name: `${name}-${role}` },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role },
+        subjects: [{ kind: "ServiceAccount", name, namespace: ns }],
+      })
+      expect(r.status, JSON.stringify(r.body)).toBe(201)
+    }
+    await bind("ClusterRoleBinding", "metrics-scraper", "fleetcheck-metrics-reader")
+    await bind("ClusterRoleBinding", "fleet-reader", "fleetcheck-fleet-reader")
+    await bind("RoleBinding", "dashboard-viewer", "fleetcheck-dashboard-viewer")
+    const token = Object.fromEntries(await Promise.all(readers.map(async (n) => [n, await tokenFor(c, n)])))
+
+    // The hub under its own identity (deploy/'s RBAC), secure serving on, both listeners on `address`.
+    const kubeConfig = new KubeConfig()
+    kubeConfig.loadFromString(renderKubeconfig("hub", c.server, c.caPem, hubToken))
+    const hub = await launchHub({
+      config: {
+        ...fastConfig,
+        namespace: ns,
+        secureServing: true,
+        httpAddress: { host: address, port: 0 },
+        dashboardAddress: { host: address, port: 0 },
+      },
+      kubeConfig,
+      identity: "secure-serving-test",
+    })
+    cleanups.push(hub.stop)
+    const dashboardPort = Number(new URL(hub.dashboardUrl!).port)
+    const httpPort = hub.port
+    try {
+      const get = async (path: string, bearer?: string): Promise<Fetched> => {
+        const res = await fetch(
+          `${hub.url}${path}`,
+          bearer ? { headers: { authorization: `Bearer ${bearer}` } } : {},
+        )
+        return { status: res.status, headers: Object.fromEntries(res.headers), text: await res.text() }
+      }
+      const headersOk = (r: Fetched, what: string) => {
+        expect(r.headers["content-security-policy"], what).toBe(contentSecurityPolicy)
+        expect(r.headers["x-content-type-options"], what).toBe("nosniff")
+        expect(r.headers["referrer-policy"], what).toBe("no-referrer")
+      }
+      await waitUntil("the secure hub to be ready", 20_000, async () => (await get("/readyz")).status === 200)
+      const table: Array<[string, string | undefined, number]> = [
+        ["/healthz", undefined, 200],
+        ["/readyz", undefined, 200],
+        ["/metrics", undefined, 401],
+        ["/api/v1/fleet", undefined, 401],
+        ["/metrics", "not-a-token", 401],
+        ["/api/v1/fleet", "not-a-token", 401],
+        ["/metrics", token.stranger, 403],
+        ["/api/v1/fleet", token.stranger, 403],
+        ["/metrics", token["fleet-reader"], 403],
+        ["/api/v1/fleet", token["metrics-scraper"], 403],
+        ["/metrics", token["metrics-scraper"], 200],
+        ["/api/v1/fleet", token["fleet-reader"], 200],
+        // The dashboard on the main listener is behind the token too; no example role grants "/".
+        ["/", token["fleet-reader"], 403],
+        ["/", undefined, 401],
+      ]
+      const wrong: string[] = []
+      for (const [path, bearer, status] of table) {
+        const r = await get(path, bearer)
+        headersOk(r, path)
+        if (r.status !== status)
+          wrong.push(`${path} as ${bearer?.slice(0, 8)} → ${r.status} ${r.text.slice(0, 200)}`)
+      }
+      expect(wrong).toEqual([])
+      expect((await get("/metrics")).headers["www-authenticate"]).toBe('Bearer realm="fleetcheck"')
+      // Why the fleet API is not reviewed by its URL: the built-in system:discovery role gives every
+      // authenticated user `/api/*`, so that review would have let the stranger in.
+      const byUrl = await c.api("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        apiVersion: "authorization.k8s.io/v1",
+        kind: "SubjectAccessReview",
+        spec: {
+          user: `system:serviceaccount:${ns}:stranger`,
+          groups: ["system:serviceaccounts", `system:serviceaccounts:${ns}`, "system:authenticated"],
+          nonResourceAttributes: { path: "/api/v1/fleet", verb: "get" },
+        },
+      })
+      expect(byUrl.body.status.allowed, JSON.stringify(byUrl.body.status)).toBe(true)
+      const denied = JSON.parse((await get("/api/v1/fleet", token.stranger)).text)
+      expect(denied).toMatchObject({ kind: "Status", code: 403, reason: "Forbidden" })
+      expect(denied.message).toContain(`system:serviceaccount:${ns}:stranger`)
+      expect(JSON.parse((await get("/api/v1/fleet", token["fleet-reader"])).text).leader).toBe(true)
+
+      // The Service of deploy/ with this hub's listeners as its endpoints. The API server proxies only to
+      // an endpoint whose targetRef is a Pod with that IP, so a Pod from the Deployment's template
+      // stands in for the hub (nothing runs it: this cluster has no kubelet) with its IP set in status.
+      const deployment = (await c.api("GET", `/apis/apps/v1/namespaces/${ns}/deployments/fleetcheck-hub`))
+        .body
+      const podName = "fleetcheck-hub-standin"
+      const pod = await c.api("POST", `/api/v1/namespaces/${ns}/pods`, {
+        apiVersion: "v1",
+        kind: "Pod",
+        metadata: { name: podName, labels: deployment.spec.template.metadata.labels },
+        spec: deployment.spec.template.spec,
+      })
+      expect(pod.status, JSON.stringify(pod.body)).toBe(201)
+      const podStatus = await actAs(c, c.adminToken)(
+        "PATCH",
+        `/api/v1/namespaces/${ns}/pods/${podName}/status`,
+        { status: { phase: "Running", podIP: address, podIPs: [{ ip: address }] } },
+        "application/merge-patch+json",
+      )
+      expect(podStatus.status, JSON.stringify(podStatus.body)).toBe(200)
+      const targetRef = { kind: "Pod", name: podName, namespace: ns, uid: pod.body.metadata.uid }
+      const endpointPorts = [
+        { name: "http", port: httpPort, protocol: "TCP" },
+        { name: "dashboard", port: dashboardPort, protocol: "TCP" },
+      ]
+      expect(
+        (
+          await c.api("POST", `/api/v1/namespaces/${ns}/endpoints`, {
+            metadata: { name: "fleetcheck-hub" },
+            subsets: [{ addresses: [{ ip: address, targetRef }], ports: endpointPorts }],
+          })
+        ).status,
+      ).toBe(201)
+      expect(
+        (
+          await c.api("POST", `/apis/discovery.k8s.io/v1/namespaces/${ns}/endpointslices`, {
+            metadata: {
+              name: "fleetcheck-hub-test",
+              labels: { "kubernetes.io/service-name": "fleetcheck-hub" },
+            },
+            addressType: "IPv4",
+            endpoints: [{ addresses: [address], conditions: { ready: true }, targetRef }],
+            ports: endpointPorts,
+          })
+        ).status,
+      ).toBe(201)
+      const proxy = `/api/v1/namespaces/${ns}/services/fleetcheck-hub:dashboard/proxy/`
+      const viewer = token["dashboard-viewer"]
+      const page = await waitUntil("the dashboard through the service proxy", 10_000, async () => {
+        const last = await getAs(c, viewer, proxy)
+        if (last.status === 200) return last
+        throw new Error(`${last.status} ${last.text.slice(0, 300)}`)
+      })
+      headersOk(page, "proxied overview")
+      expect(page.headers["content-type"]).toBe("text/html; charset=utf-8")
+      expect(page.text).toContain("<title>")
+      // Every link, the filter form and the paging resolve under the proxy's path prefix.
+      const links = [...page.text.matchAll(/\b(?:href|action)="([^"]*)"/g)].map((m) =>
+        m[1]!.replaceAll("&amp;", "&"),
+      )
+      expect(links.length).toBeGreaterThan(0)
+      for (const link of new Set(links)) {
+        const target = new URL(link, new URL(proxy, c.server))
+        expect(target.pathname.startsWith(proxy), `${link} stays under the proxy`).toBe(true)
+        const followed = await getAs(c, viewer, `${target.pathname}${target.search}`)
+        expect(followed.status, `${link} → ${followed.text.slice(0, 200)}`).toBe(200)
+      }
+      const filtered = await getAs(c, viewer, `${proxy}?cluster=&namespace=&status=False&label=&failing=true`)
+      expect(filtered.status, filtered.text.slice(0, 200)).toBe(200)
+
+      // Without services/proxy on that port the API server refuses, before the hub sees anything.
+      for (const [who, path] of [
+        [token.stranger, proxy],
+        [token["fleet-reader"], proxy],
+        [undefined, proxy],
+        [viewer, `/api/v1/namespaces/${ns}/services/fleetcheck-hub:http/proxy/metrics`],
+      ] as const) {
+        const r = await getAs(c, who, path)
+        expect([401, 403], `${path} → ${r.status}`).toContain(r.status)
+      }
+      // The proxy does not forward the caller's token: even the admin gets the hub's 401 on the http port.
+      const adminViaProxy = await getAs(
+        c,
+        c.adminToken,
+        `/api/v1/namespaces/${ns}/services/fleetcheck-hub:http/proxy/metrics`,
+      )
+      expect(adminViaProxy.status).toBe(401)
+      headersOk(adminViaProxy, "proxied 401")
+
+      // A flood of random tokens: the API server sees at most the burst plus the rate of TokenReviews,
+      // the rest waits or is told 429, and a known token's cached verdict still answers meanwhile.
+      const tokenReviews = async () => {
+        const text = String((await c.api("GET", "/metrics")).body)
+        return text
+          .split("\n")
+          .filter((l) => l.startsWith("apiserver_request_total{") && l.includes('resource="tokenreviews"'))
+          .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0)
+      }
+      expect((await get("/metrics", token["metrics-scraper"])).status).toBe(200)
+      const before = await tokenReviews()
+      const t0 = Date.now()
+      const flood = 500
+      const floodAnswers = Promise.all(
+        Array.from({ length: flood }, (_, i) => get("/metrics", `random-${i}-${Math.random()}`)),
+      )
+      const scrapeDuringFlood = await get("/metrics", token["metrics-scraper"])
+      const answers = await floodAnswers
+      const elapsed = (Date.now() - t0) / 1000
+      const reviews = (await tokenReviews()) - before
+      const count = (status: number) => answers.filter((a) => a.status === status).length
+      process.stderr.write(
+        `[secure-serving] flood of ${flood} random tokens in ${elapsed.toFixed(1)} s: ${count(401)}×401, ${count(429)}×429; TokenReviews at the API server ${reviews}\n`,
+      )
+      expect(scrapeDuringFlood.status).toBe(200)
+      expect(count(401) + count(429)).toBe(flood)
+      expect(count(401)).toBeLessThanOrEqual(reviewBurst + maxWaitingReviews)
+      expect(reviews).toBeLessThanOrEqual(reviewBurst + Math.ceil(elapsed * reviewsPerSecond) + 1)
+      expect(reviews).toBeGreaterThanOrEqual(reviewBurst)
+    } finally {
+      await hub.stop()
+    }
   })
 
   it("the Dockerfile's steps, run outside Docker, build an entrypoint that runs the hub", {

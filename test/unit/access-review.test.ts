@@ -8,6 +8,7 @@ import {
   maxCachedVerdicts,
   maxWaitingReviews,
   type ReviewedUser,
+  type ReviewTarget,
   readSubjectAccessReview,
   readTokenReview,
   reviewBurst,
@@ -15,6 +16,9 @@ import {
   subjectAccessReviewBody,
   verdictTtlMs,
 } from "../../src/hub/access-review.ts"
+
+const metrics: ReviewTarget = { path: "/metrics" }
+const fleet: ReviewTarget = { group: "fleetcheck.io", resource: "fleet" }
 
 /** A reviewer that knows two tokens: "reader" may read /metrics, "nobody" may read nothing. */
 const makeReviewer = () => {
@@ -31,9 +35,9 @@ const makeReviewer = () => {
         if (failing) throw new Error("apiserver down")
         return token === "reader" || token === "nobody" ? { username: token, groups: ["g"] } : undefined
       },
-      authorize: async (user: ReviewedUser, path: string, verb: string) => {
+      authorize: async (user: ReviewedUser, target: ReviewTarget, verb: string) => {
         calls.authorize++
-        return user.username === "reader" && path === "/metrics" && verb === "get"
+        return user.username === "reader" && "path" in target && target.path === "/metrics" && verb === "get"
       },
     },
   }
@@ -68,24 +72,25 @@ describe("access review", () => {
     assert.strictEqual(readSubjectAccessReview({ status: { allowed: true } }), true)
     assert.strictEqual(readSubjectAccessReview({ status: { allowed: false, denied: true } }), false)
     assert.throws(() => readSubjectAccessReview({ status: { allowed: "true" } }))
-    assert.deepStrictEqual(
-      subjectAccessReviewBody({ username: "u", groups: ["g"] }, "/metrics", "get").spec,
-      {
-        user: "u",
-        groups: ["g"],
-        nonResourceAttributes: { path: "/metrics", verb: "get" },
-      },
-    )
+    assert.deepStrictEqual(subjectAccessReviewBody({ username: "u", groups: ["g"] }, metrics, "get").spec, {
+      user: "u",
+      groups: ["g"],
+      nonResourceAttributes: { path: "/metrics", verb: "get" },
+    })
+    assert.deepStrictEqual(subjectAccessReviewBody({ username: "u" }, fleet, "get").spec, {
+      user: "u",
+      resourceAttributes: { group: "fleetcheck.io", resource: "fleet", verb: "get" },
+    })
   })
 
   it("401 without a token or with one the API server rejects, 403 when denied, 200 when allowed", async () => {
     const r = makeReviewer()
     const access = makeAccessReview(r.reviewer)
-    assert.strictEqual((await access.review(undefined, "/metrics", "get")).status, 401)
-    assert.strictEqual((await access.review("Bearer random", "/metrics", "get")).status, 401)
-    assert.strictEqual((await access.review("Bearer nobody", "/metrics", "get")).status, 403)
-    assert.strictEqual((await access.review("Bearer reader", "/api/v1/fleet", "get")).status, 403)
-    const ok = await access.review("Bearer reader", "/metrics", "get")
+    assert.strictEqual((await access.review(undefined, metrics, "get")).status, 401)
+    assert.strictEqual((await access.review("Bearer random", metrics, "get")).status, 401)
+    assert.strictEqual((await access.review("Bearer nobody", metrics, "get")).status, 403)
+    assert.strictEqual((await access.review("Bearer reader", fleet, "get")).status, 403)
+    const ok = await access.review("Bearer reader", metrics, "get")
     assert.deepStrictEqual(ok, { status: 200, user: "reader" })
   })
 
@@ -93,16 +98,16 @@ describe("access review", () => {
     const r = makeReviewer()
     const access = makeAccessReview(r.reviewer)
     const answers = await Promise.all(
-      Array.from({ length: 10 }, () => access.review("Bearer reader", "/metrics", "get")),
+      Array.from({ length: 10 }, () => access.review("Bearer reader", metrics, "get")),
     )
     assert.deepStrictEqual(new Set(answers.map((a) => a.status)), new Set([200]))
     assert.deepStrictEqual(r.calls, { authenticate: 1, authorize: 1 })
-    await access.review("Bearer reader", "/metrics", "get")
+    await access.review("Bearer reader", metrics, "get")
     // Another path needs its own authorization, not another authentication.
-    await access.review("Bearer reader", "/api/v1/fleet", "get")
+    await access.review("Bearer reader", fleet, "get")
     assert.deepStrictEqual(r.calls, { authenticate: 1, authorize: 2 })
     vi.advanceTimersByTime(verdictTtlMs)
-    await access.review("Bearer reader", "/metrics", "get")
+    await access.review("Bearer reader", metrics, "get")
     assert.deepStrictEqual(r.calls, { authenticate: 2, authorize: 3 })
   })
 
@@ -110,11 +115,11 @@ describe("access review", () => {
     const r = makeReviewer()
     const access = makeAccessReview(r.reviewer)
     r.fail(true)
-    const down = await access.review("Bearer reader", "/metrics", "get")
+    const down = await access.review("Bearer reader", metrics, "get")
     assert.strictEqual(down.status, 503)
     assert.notInclude(JSON.stringify(down), "apiserver down", "the cause is logged, not told to the caller")
     r.fail(false)
-    assert.strictEqual((await access.review("Bearer reader", "/metrics", "get")).status, 200)
+    assert.strictEqual((await access.review("Bearer reader", metrics, "get")).status, 200)
     assert.strictEqual(r.calls.authenticate, 2)
   })
 
@@ -123,7 +128,7 @@ describe("access review", () => {
     const access = makeAccessReview(r.reviewer)
     const flood = 1_000
     const pending = Array.from({ length: flood }, (_, i) =>
-      access.review(`Bearer random-${i}`, "/metrics", "get"),
+      access.review(`Bearer random-${i}`, metrics, "get"),
     )
     await vi.advanceTimersByTimeAsync(0)
     assert.strictEqual(r.calls.authenticate, reviewBurst, "the burst at once")
@@ -137,9 +142,9 @@ describe("access review", () => {
     assert.strictEqual(count(429), flood - reviewBurst - maxWaitingReviews)
     assert.strictEqual(r.calls.authenticate, reviewBurst + maxWaitingReviews)
     // A known token's cached verdict is answered during a flood without waiting for a permit.
-    await access.review("Bearer reader", "/metrics", "get")
-    const again = Array.from({ length: 500 }, (_, i) => access.review(`Bearer more-${i}`, "/metrics", "get"))
-    assert.strictEqual((await access.review("Bearer reader", "/metrics", "get")).status, 200)
+    await access.review("Bearer reader", metrics, "get")
+    const again = Array.from({ length: 500 }, (_, i) => access.review(`Bearer more-${i}`, metrics, "get"))
+    assert.strictEqual((await access.review("Bearer reader", metrics, "get")).status, 200)
     await vi.advanceTimersByTimeAsync(60_000)
     await Promise.all(again)
   })
@@ -149,7 +154,7 @@ describe("access review", () => {
     const access = makeAccessReview(r.reviewer)
     // Slower than the rate limit, so every token is reviewed and its verdict cached.
     for (let i = 0; i < 2 * maxCachedVerdicts + 100; i++) {
-      const answer = access.review(`Bearer t-${i}`, "/metrics", "get")
+      const answer = access.review(`Bearer t-${i}`, metrics, "get")
       await vi.advanceTimersByTimeAsync(1_000 / reviewsPerSecond)
       assert.strictEqual((await answer).status, 401)
     }

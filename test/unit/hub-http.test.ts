@@ -5,7 +5,7 @@
 import type { Server } from "node:http"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { FleetViewSchema } from "../../src/api/fleet.ts"
-import { makeAccessReview } from "../../src/hub/access-review.ts"
+import { makeAccessReview, type ReviewTarget } from "../../src/hub/access-review.ts"
 import { defaultHubConfig, resolveHubConfig } from "../../src/hub/config.ts"
 import type { MemberEntry } from "../../src/hub/fleet-state.ts"
 import { type Availability, contentSecurityPolicy, startHubHttp } from "../../src/hub/http.ts"
@@ -423,9 +423,13 @@ describe("dashboard settings", () => {
 
 describe("secure serving", () => {
   // An in-memory reviewer: "reader" may get every path, "nobody" none, any other token is unknown.
+  const asked: ReviewTarget[] = []
   const access = makeAccessReview({
     authenticate: async (token) => (["reader", "nobody"].includes(token) ? { username: token } : undefined),
-    authorize: async (user) => user.username === "reader",
+    authorize: async (user, target) => {
+      asked.push(target)
+      return user.username === "reader"
+    },
   })
   let secure: Server | undefined
   let dashboardOnly: Server | undefined
@@ -483,6 +487,12 @@ describe("secure serving", () => {
     assert.isTrue(FleetViewSchema.safeParse(JSON.parse(fleet.text)).success)
     assert.strictEqual((await as("/nope", "reader")).res.status, 404)
     assert.strictEqual((await as("/api/v1/fleet?bogus=1", "reader")).res.status, 400)
+    // The fleet API as a resource (its non-resource URL is every authenticated user's by default RBAC),
+    // everything else as the path.
+    assert.deepInclude(asked, { group: "fleetcheck.io", resource: "fleet" })
+    assert.deepInclude(asked, { path: "/metrics" })
+    assert.deepInclude(asked, { path: "/cluster" })
+    assert.notDeepInclude(asked, { path: "/api/v1/fleet" })
   })
 
   it("the dashboard's own listener serves the dashboard only, without a token, with the same headers", async () => {

@@ -265,7 +265,7 @@ describe("fleetcheck status against a hub with secure serving", () => {
     assert.strictEqual(denied.code, 3)
     assert.match(
       denied.err,
-      /kubeconfig user "nobody" .*may not read the fleet \(403: .*user-nobody.*nonResourceURLs/,
+      /kubeconfig user "nobody" .*may not read the fleet \(403: .*user-nobody.*fleetcheck-fleet-reader/,
     )
     assert.strictEqual(denied.out, "")
     const missing = await run(["--hub", secureHub, "--kubeconfig", join(dir, "absent")])
