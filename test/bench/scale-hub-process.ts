@@ -26,6 +26,8 @@ const config = resolveHubConfig(
   {
     "leader-elect": "false",
     "http-address": "127.0.0.1:0",
+    // The bench scrapes /metrics without a token.
+    "secure-serving": "false",
     "log-level": "Warn",
     ...flags,
   },
