@@ -4,15 +4,17 @@
 import { parseArgs } from "node:util"
 import { type Report, ReportSchema } from "../api/report.ts"
 import { formatDuration } from "../api/syntax.ts"
-import { terminalSafe } from "./status.ts"
+import { kubeconfigCredentials, refusalMessage, terminalSafe } from "./status.ts"
 
-export const reportUsage = `Usage: fleetcheck report --since D [--hub URL] [--cluster NAME] [--format md|csv|json]
+export const reportUsage = `Usage: fleetcheck report --since D [--hub URL] [--kubeconfig F] [--context C] [--cluster NAME] [--format md|csv|json]
 
 Audit evidence for a period, from the hub's /api/v1/report: every BackupCheck's runs (from its
 status.history), pass rate, restore durations against spec.objectives.maxRestoreDuration, last
 success, staleness and the longest gap without a successful verification.
   --since D        start of the period: days (30d), a Go duration (72h) or an RFC 3339 time
   --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080)
+  --kubeconfig F   whose bearer token to send to a hub with --secure-serving (as fleetcheck status)
+  --context NAME   the kubeconfig context to use (default its current context)
   --cluster NAME   one member only
   --format F       md (default), csv or json
 
@@ -101,6 +103,8 @@ export const runReport = async (args: ReadonlyArray<string>): Promise<number> =>
         options: {
           hub: { type: "string", default: process.env.FLEETCHECK_HUB_URL ?? "http://127.0.0.1:8080" },
           since: { type: "string" },
+          kubeconfig: { type: "string" },
+          context: { type: "string" },
           cluster: { type: "string" },
           format: { type: "string", default: "md" },
         },
@@ -125,7 +129,12 @@ export const runReport = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck report: cannot read ${url.href}: ${terminalSafe(why)}\n`)
     return 3
   }
-  const answer = await fetch(url, { signal: AbortSignal.timeout(30_000) }).then(
+  const credentials = await kubeconfigCredentials(values.kubeconfig, values.context)
+  if ("error" in credentials) return cannotRead(credentials.error)
+  const answer = await fetch(url, {
+    signal: AbortSignal.timeout(30_000),
+    ...(credentials.authorization ? { headers: { authorization: credentials.authorization } } : {}),
+  }).then(
     async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
     (e: unknown) => (e instanceof Error ? e.message : String(e)),
   )
@@ -138,6 +147,10 @@ export const runReport = async (args: ReadonlyArray<string>): Promise<number> =>
   }
   if (!answer.ok) {
     const why = (json as { message?: unknown } | null)?.message
+    if (answer.status === 401 || answer.status === 403)
+      return cannotRead(
+        refusalMessage(answer.status, typeof why === "string" ? why : "refused", credentials, "report"),
+      )
     return cannotRead(`HTTP ${answer.status}${typeof why === "string" ? `: ${why}` : ""}`)
   }
   const report = ReportSchema.safeParse(json)

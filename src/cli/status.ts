@@ -175,12 +175,17 @@ export const kubeconfigCredentials = async (
 }
 
 /** What a 401 or 403 from the hub means for this caller, and what to do about it. */
-export const refusalMessage = (status: 401 | 403, hubMessage: string, credentials: Credentials): string =>
+export const refusalMessage = (
+  status: 401 | 403,
+  hubMessage: string,
+  credentials: Credentials,
+  resource: "fleet" | "report" = "fleet",
+): string =>
   status === 401
     ? credentials.authorization === undefined
       ? `the hub wants a bearer token (401: ${hubMessage}); ${credentials.who} has none: use a context with a token or an exec plugin, or --kubeconfig`
       : `the hub's API server did not accept the token of ${credentials.who} (401: ${hubMessage}); is it expired, or for another cluster than the hub's?`
-    : `${credentials.who} may not read the fleet (403: ${hubMessage}); bind it the ClusterRole fleetcheck-fleet-reader (get on fleet in the fleetcheck.io API group) in the hub's cluster (deploy/hub/access-roles.yaml)`
+    : `${credentials.who} may not read the ${resource} (403: ${hubMessage}); bind it the ClusterRole fleetcheck-fleet-reader (get on ${resource} in the fleetcheck.io API group) in the hub's cluster (deploy/hub/access-roles.yaml)`
 
 const readPage = async (url: URL, credentials: Credentials): Promise<Answer> => {
   const answer = await fetch(url, {

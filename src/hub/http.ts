@@ -200,6 +200,7 @@ const routes: Readonly<Record<string, ReadonlyArray<string>>> = {
  */
 export const apiResources: Readonly<Record<string, ReviewTarget>> = {
   "/api/v1/fleet": { group: "fleetcheck.io", resource: "fleet" },
+  "/api/v1/report": { group: "fleetcheck.io", resource: "report" },
 }
 export const reviewTargetOf = (path: string): ReviewTarget => apiResources[path] ?? { path }
 

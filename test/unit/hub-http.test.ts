@@ -493,6 +493,9 @@ describe("secure serving", () => {
     assert.deepInclude(asked, { path: "/metrics" })
     assert.deepInclude(asked, { path: "/cluster" })
     assert.notDeepInclude(asked, { path: "/api/v1/fleet" })
+    await as("/api/v1/report?since=1d", "reader")
+    assert.deepInclude(asked, { group: "fleetcheck.io", resource: "report" })
+    assert.notDeepInclude(asked, { path: "/api/v1/report" })
   })
 
   it("the dashboard's own listener serves the dashboard only, without a token, with the same headers", async () => {
