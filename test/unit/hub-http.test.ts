@@ -440,6 +440,7 @@ describe("secure serving", () => {
       host: "127.0.0.1",
       port: 0,
       members,
+      fleetChecks,
       metrics: makeMetrics(),
       isLeader: () => true,
       availability: () => availability,

@@ -202,6 +202,7 @@ describe("fleetcheck status against a hub with secure serving", () => {
       host: "127.0.0.1",
       port: 0,
       members,
+      fleetChecks,
       metrics: makeMetrics(),
       isLeader: () => true,
       availability: () => ({ answers: true }),
