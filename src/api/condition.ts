@@ -66,9 +66,17 @@ export interface NewCondition {
 export type TimeInput = Date | number | string
 
 /** metav1.Time precision: whole seconds, always UTC, as the API server itself writes timestamps. */
+// The last second formatted: every reconcile stamps the current time, and within a second it is the same text.
+let lastSecond = Number.NaN
+let lastText = ""
 export const toKubeTime = (time: TimeInput): string => {
   const ms = time instanceof Date ? time.getTime() : typeof time === "number" ? time : Date.parse(time)
-  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, "Z")
+  const second = Math.floor(ms / 1000)
+  if (second === lastSecond) return lastText
+  const text = new Date(second * 1000).toISOString().replace(/\.\d{3}Z$/, "Z")
+  lastSecond = second
+  lastText = text
+  return text
 }
 
 export const findCondition = (

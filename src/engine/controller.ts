@@ -97,6 +97,7 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
   const { queue, cluster, name } = options
   const workers = Math.max(1, options.workers)
   const stats = options.stats ?? makeControllerStats()
+  const spanName = `reconcile ${name}`
 
   const reconcileOne = (key: string) => {
     const { namespace, name: objName } = splitKey(key)
@@ -105,16 +106,22 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
     return options.reconcile(req).pipe(
       // The outcome is known only at the end: record it on the root span before it closes.
       Effect.onExit((exit) => Effect.annotateCurrentSpan("fleetcheck.reconcile.outcome", outcomeOf(exit))),
-      Effect.withSpan(`reconcile ${name}`, {
-        root: true,
-        attributes: {
-          "k8s.cluster.name": cluster,
-          "k8s.namespace.name": namespace,
-          "fleetcheck.check.name": objName,
-          "fleetcheck.reconcile.id": req.reconcileId,
-          "fleetcheck.controller": name,
+      Effect.withSpan(
+        spanName,
+        {
+          root: true,
+          attributes: {
+            "k8s.cluster.name": cluster,
+            "k8s.namespace.name": namespace,
+            "fleetcheck.check.name": objName,
+            "fleetcheck.reconcile.id": req.reconcileId,
+            "fleetcheck.controller": name,
+          },
         },
-      }),
+        // the span's attributes say where it comes from; a stack trace captured per reconcile was
+        // about 7% of a converged reconcile's CPU
+        { captureStackTrace: false },
+      ),
       Effect.annotateLogs({
         cluster,
         namespace,
