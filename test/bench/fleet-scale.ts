@@ -12,7 +12,8 @@
 //   as a Job controller would: no kubelet runs here)
 //   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
 // Environment: IDLE_SECONDS (60), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10), JOB_HOLD_MS
-// (5000), SKIP_WAVE=1.
+// (5000), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events), SNAPSHOT=<file> (a heap snapshot once converged), KNOBS="<hub flags>;<hub flags>" (after the
+// rest, the same fleet under a hub with each set of flags: start, converged CPU, requests, memory).
 import { type ChildProcess, fork } from "node:child_process"
 import * as https from "node:https"
 import {
@@ -398,6 +399,7 @@ try {
   // Converged: settle, then measure memory, CPU, requests and status writes over the idle window.
   await sleep(20_000)
   const mem0 = await ask<any>(proc, { cmd: "measure" })
+  if (process.env.SNAPSHOT) await ask(proc, { cmd: "snapshot", path: process.env.SNAPSHOT })
   const scrape0 = await ask<any>(proc, { cmd: "scrape" })
   const httpT0 = performance.now()
   const httpBody = await (await fetch(`${hubUrl}/metrics`)).text()
@@ -451,7 +453,7 @@ try {
       .join(", ")}`,
   )
   print(
-    `memory after GC, converged: heap ${mib(mem0.heap)} (heap total ${mib(mem0.heapTotal)}, external ${mib(mem0.external)}, array buffers ${mib(mem0.arrayBuffers)}), rss ${mib(mem0.rss)}; per member ${mib(mem0.heap / members)} heap; per check ${(mem0.heap / (members * perMember) / 1024).toFixed(2)} KiB heap (whole heap / checks)`,
+    `memory after GC, converged: heap ${mib(mem0.heap)} (heap total ${mib(mem0.heapTotal)}, external ${mib(mem0.external)}, array buffers ${mib(mem0.arrayBuffers ?? 0)}), rss ${mib(mem0.rss)}; per member ${mib(mem0.heap / members)} heap; per check ${(mem0.heap / (members * perMember) / 1024).toFixed(2)} KiB heap (whole heap / checks)`,
   )
   print(
     `memory after GC, after the ${idleSeconds} s idle window: heap ${mib(mem1.heap)} (${mem1.heap >= mem0.heap ? "+" : ""}${mib(mem1.heap - mem0.heap)}), rss ${mib(mem1.rss)} (${mem1.rss >= mem0.rss ? "+" : ""}${mib(mem1.rss - mem0.rss)})`,
@@ -476,6 +478,9 @@ try {
 
   // Steady events: metadata-only updates of random checks, spread over members.
   log(`events: ${eventRate}/s for ${eventSeconds} s`)
+  const profilePath = process.env.PROFILE_EVENTS
+  if (profilePath) await ask(proc, { cmd: "profile-start" })
+  const evCpu0 = await ask<any>(proc, { cmd: "cpu" })
   await ask(proc, { cmd: "latency-start" })
   let sent = 0
   let inflight = 0
@@ -508,9 +513,12 @@ try {
   while (inflight > 0) await sleep(50)
   await sleep(2_000)
   const lat = await ask<any>(proc, { cmd: "latency-stop" })
+  const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
+  if (profilePath) await ask(proc, { cmd: "profile-stop", path: profilePath })
+  const evCpu = (evCpu1.cpuMicros - evCpu0.cpuMicros) / 1000 / (evCpu1.at - evCpu0.at)
   const waits = (lat.waits as number[]).sort((a, b) => a - b)
   print(
-    `event → reconcile start (workqueue wait, ms resolution) under ${((sent - dropped) / eventSeconds).toFixed(0)} updates/s for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms${dropped ? ` (${dropped} updates not sent: 256 in flight)` : ""}`,
+    `event → reconcile start (workqueue wait, ms resolution) under ${((sent - dropped) / eventSeconds).toFixed(0)} updates/s for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${dropped ? ` (${dropped} updates not sent: 256 in flight)` : ""}`,
   )
 
   if (process.env.SKIP_WAVE !== "1" && wavePercent > 0) {
@@ -637,6 +645,44 @@ try {
       `after the wave: heap ${mib(mem2.heap)}, rss ${mib(mem2.rss)}; /metrics ${scrape2.series} series, ${(scrape2.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape2.ms.toFixed(0)} ms (stall ${scrape2.stallMs.toFixed(0)} ms)`,
     )
     void serverOf
+  }
+  // Knobs: the same fleet under hubs with other settings, one after the other (KNOBS="flags;flags").
+  for (const knob of (process.env.KNOBS ?? "").split(";").filter((k) => k.trim() !== "")) {
+    const flags = knob.trim().split(/\s+/)
+    hubProc.kill("SIGKILL")
+    await sleep(2_000)
+    const started = Date.now()
+    const kp = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, flags, {
+      execArgv: ["--expose-gc"],
+      env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath },
+      stdio: ["ignore", "ignore", "inherit", "ipc"],
+    })
+    hubProc = kp
+    const kport = await new Promise<number>((resolve) => kp.once("message", (m: any) => resolve(m.port)))
+    // Ready from the hub's own view: every member's fleetcheck_member_cluster_ready is 1.
+    while (true) {
+      const text = await (await fetch(`http://127.0.0.1:${kport}/metrics`)).text()
+      const ready = text
+        .split("\n")
+        .filter((l) => l.startsWith("fleetcheck_member_cluster_ready{") && l.endsWith(" 1"))
+      if (ready.length === members) break
+      await sleep(1_000)
+    }
+    const readySeconds = (Date.now() - started) / 1000
+    await sleep(20_000)
+    const kb = await scrapeAll()
+    const c0 = await ask<any>(kp, { cmd: "cpu" })
+    await sleep(idleSeconds * 1000)
+    const c1 = await ask<any>(kp, { cmd: "cpu" })
+    const ka = await scrapeAll()
+    const km = await ask<any>(kp, { cmd: "measure" })
+    const minutes = (c1.at - c0.at) / 60_000
+    let toMembers = 0
+    for (const c of servers) toMembers += sum(delta(ka.get(c)!, kb.get(c)!), (k) => memberResources.test(k))
+    const toHub = sum(delta(ka.get(hubCluster)!, kb.get(hubCluster)!), (k) => hubResources.test(k))
+    print(
+      `knob ${knob.trim()}: ready ${readySeconds.toFixed(0)} s after start (1 s polls of its /metrics); converged CPU ${(((c1.cpuMicros - c0.cpuMicros) / 1000 / (c1.at - c0.at)) * 100).toFixed(1)}% of a core over ${idleSeconds} s; requests per member per minute ${(toMembers / members / minutes).toFixed(1)} to members, ${(toHub / members / minutes).toFixed(1)} to the hub apiserver; heap ${mib(km.heap)}, rss ${mib(km.rss)}`,
+    )
   }
   print(
     `(hub in its own process, --expose-gc; figures after forced GC; bench total ${((Date.now() - t0) / 1000).toFixed(0)} s)`,

@@ -7,6 +7,9 @@
 //   latency-stop   the recorded waits (ms) and the event-loop delay in the window
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
+//   profile-start  start the CPU profiler; profile-stop writes the profile to the path given
+import { writeFileSync } from "node:fs"
+import { Session } from "node:inspector/promises"
 import { monitorEventLoopDelay, performance } from "node:perf_hooks"
 import { writeHeapSnapshot } from "node:v8"
 import { hubFlagNames, resolveHubConfig } from "../../src/hub/config.ts"
@@ -57,6 +60,9 @@ const wrapped: typeof metrics = {
 
 const hub = await launchHub({ config, metrics: wrapped })
 const loopDelay = monitorEventLoopDelay({ resolution: 1 })
+const profiler = new Session()
+profiler.connect()
+let elu = performance.eventLoopUtilization()
 
 process.on("message", async (msg: any) => {
   switch (msg.cmd) {
@@ -79,7 +85,19 @@ process.on("message", async (msg: any) => {
       process.send?.({ cpuMicros: u.user + u.system, at: performance.now() })
       return
     }
+    case "profile-start":
+      await profiler.post("Profiler.enable")
+      await profiler.post("Profiler.start")
+      process.send?.({ ok: true })
+      return
+    case "profile-stop": {
+      const { profile } = await profiler.post("Profiler.stop")
+      writeFileSync(msg.path, JSON.stringify(profile))
+      process.send?.({ path: msg.path })
+      return
+    }
     case "latency-start":
+      elu = performance.eventLoopUtilization()
       recording = []
       loopDelay.reset()
       loopDelay.enable()
@@ -90,6 +108,7 @@ process.on("message", async (msg: any) => {
       const waits = recording ?? []
       recording = undefined
       process.send?.({
+        elu: performance.eventLoopUtilization(elu).utilization,
         waits,
         loopP99Ms: loopDelay.percentile(99) / 1e6,
         loopMaxMs: loopDelay.max / 1e6,
