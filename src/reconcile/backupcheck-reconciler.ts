@@ -32,7 +32,6 @@ import {
   type LastRun,
   maxPhaseMessageLength,
   type Phase,
-  parseBackupCheck,
 } from "../api/backupcheck.ts"
 import {
   type Condition,
@@ -52,14 +51,9 @@ import { boundHistory, withRun } from "./history.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
 import { mergePatchOf } from "./merge-patch.ts"
 import { evaluateObjectives, lastFinishedRun } from "./objectives.ts"
+import { derivedCheck } from "./per-object.ts"
 import { annotationSpecHash, renderRestoreJob } from "./restore-job.ts"
-import {
-  jobNameFor,
-  runIDForGeneration,
-  specHashFor,
-  traceparentFor,
-  validationJobNameFor,
-} from "./run-identity.ts"
+import { jobNameFor, runIDForGeneration, traceparentFor, validationJobNameFor } from "./run-identity.ts"
 import { createdAt, jobPhase, jobsToPrune, newerRuns, runIDOf } from "./runs.ts"
 import { dueRun } from "./schedule.ts"
 
@@ -407,7 +401,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         return { ...status, observedGeneration: generation, conditions }
       }
 
-      const parsed = parseBackupCheck(check)
+      const parsed = derivedCheck(check)
       if (!parsed.success) {
         const message = boundMessage(`invalid spec: ${parsed.error}`)
         yield* writeStatus(
@@ -420,8 +414,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         )
         return yield* new TerminalError({ message })
       }
-      const valid = parsed.data
-      const spec = valid.spec
+      const spec = parsed.spec
       const timeoutMs = parseDuration(spec.timeout)
       if (typeof timeoutMs !== "number") {
         // Unreachable after parseBackupCheck; the type says a duration may fail to parse, so say so.
@@ -431,8 +424,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const runTimeoutMs: number = timeoutMs
       // The cached status is the record and the base of every write; an invalid one (dropped by the
       // parse with a warning) is replaced.
-      const recorded: BackupCheckStatus = parsed.data.status === undefined ? {} : (check.status ?? {})
-      const specHash = specHashFor(spec)
+      const recorded: BackupCheckStatus = parsed.statusValid ? (check.status ?? {}) : {}
+      const specHash = parsed.specHash
       /** What a run verified; a run recorded before hashes existed is taken as this generation's if it was recorded for it. */
       const hashOf = (run: LastRun | undefined) =>
         run === undefined
@@ -906,7 +899,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         return Effect.gen(function* () {
           const rendered = renderRestoreJob({
             cluster,
-            check: valid,
+            check: { ...check, spec },
             jobName,
             runID,
             timeoutSeconds: validation?.timeoutSeconds ?? timeoutSeconds,
