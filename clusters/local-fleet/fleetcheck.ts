@@ -17,6 +17,8 @@ import type { LocalCluster, LocalFleet } from "./fleet.ts"
 const root = new URL("../../", import.meta.url).pathname
 const crdDir = join(root, "deploy/crds")
 const samplesDir = join(root, "clusters/samples")
+/** FleetBackupChecks the hub gets (the hub places them in members itself). */
+const hubSamplesDir = join(samplesDir, "hub")
 
 const must = async (what: string, p: Promise<{ code: number; stderr: string }>) => {
   const r = await p
@@ -43,12 +45,22 @@ export const registerWithSecret = async (
   if (res.status !== 201) throw new Error(`registering ${member.name}: ${JSON.stringify(res.body)}`)
 }
 
-/** The sample BackupChecks, in file name order. */
-const samples = () =>
-  readdirSync(samplesDir)
+/** The sample BackupChecks (or, in hub/, FleetBackupChecks), in file name order. */
+const samples = (dir = samplesDir) =>
+  readdirSync(dir)
     .filter((f) => f.endsWith(".yaml"))
     .sort()
-    .map((f) => join(samplesDir, f))
+    .map((f) => join(dir, f))
+
+/** The namespace a FleetBackupCheck sample places its check in (it must exist in the members). */
+const templateNamespaceOf = (file: string): string | undefined => {
+  for (const doc of parseAllDocuments(readFileSync(file, "utf8"))) {
+    const obj = doc.toJS() as { spec?: { template?: { metadata?: { namespace?: unknown } } } } | null
+    const namespace = obj?.spec?.template?.metadata?.namespace
+    if (typeof namespace === "string" && namespace !== "") return namespace
+  }
+  return undefined
+}
 
 /** The namespace of the first object in the file that names one; "default" when none does. */
 const namespaceOf = (file: string): string => {
@@ -82,22 +94,35 @@ export const installFleetcheck = async (hub: LocalCluster, members: ReadonlyArra
   for (const m of members) await installCrd(m, `${m.name} CRD`, backupCheckPlural)
 }
 
+export interface PreparedSamples {
+  /** BackupCheck samples, applied to the members round-robin. */
+  readonly checks: ReadonlyArray<string>
+  /** FleetBackupCheck samples, applied to the hub. */
+  readonly fleetChecks: ReadonlyArray<string>
+}
+
 export interface PrepareFleetOptions {
   /** Progress lines; default: stderr, prefixed `[fleet]`. */
   readonly log?: (line: string) => void
   /** Only these sample files (names in clusters/samples), in this order; default every sample. */
   readonly samples?: ReadonlyArray<string>
+  /**
+   * Also apply the FleetBackupCheck samples (clusters/samples/hub) to the hub; default true. A test that
+   * counts the member samples' checks exactly turns them off.
+   */
+  readonly fleetSamples?: boolean
 }
 
 /**
  * The fleet `fleetcheck dev` runs: the cluster named "hub" is the hub, every other cluster a member
- * registered with `env` and `region` labels, and the samples applied round-robin to the members (the
- * first member gets the first sample). Returns the sample files applied.
+ * registered with `env` and `region` labels, the samples applied round-robin to the members (the
+ * first member gets the first sample), and the FleetBackupCheck samples to the hub. Returns the sample
+ * files applied.
  */
 export const prepareFleet = async (
   fleet: LocalFleet,
   options: PrepareFleetOptions = {},
-): Promise<ReadonlyArray<string>> => {
+): Promise<PreparedSamples> => {
   const log = options.log ?? ((line: string) => process.stderr.write(`[fleet] ${line}\n`))
   const hub = fleet.cluster("hub")
   const members = fleet.clusters.filter((c) => c.name !== "hub")
@@ -114,5 +139,14 @@ export const prepareFleet = async (
     await must(`applying ${file} to ${m.name}`, m.kubectl(["apply", "-f", file]))
     log(`applied ${file.slice(root.length)} to ${m.name}`)
   }
-  return files
+  if (options.fleetSamples === false) return { checks: files, fleetChecks: [] }
+  const fleetFiles = samples(hubSamplesDir)
+  for (const file of fleetFiles) {
+    const namespace = templateNamespaceOf(file)
+    if (namespace)
+      for (const m of members) await m.api("POST", "/api/v1/namespaces", { metadata: { name: namespace } })
+    await must(`applying ${file} to the hub`, hub.kubectl(["apply", "-f", file]))
+    log(`applied ${file.slice(root.length)} to the hub (placed in every member it selects)`)
+  }
+  return { checks: files, fleetChecks: fleetFiles }
 }

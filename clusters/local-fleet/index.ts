@@ -13,6 +13,7 @@ export {
 } from "./fleet.ts"
 export {
   installFleetcheck,
+  type PreparedSamples,
   type PrepareFleetOptions,
   prepareFleet,
   registerWithSecret,

@@ -5,7 +5,7 @@
 import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
 import { resolveHubConfig } from "../hub/config.ts"
-import { fleetView } from "../hub/fleet-state.ts"
+import { fleetCheckList, fleetView } from "../hub/fleet-state.ts"
 import { type LaunchedHub, launchHub } from "../hub/launch.ts"
 import { renderStatus } from "./status.ts"
 
@@ -81,12 +81,22 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     const url = running.url
     say("waiting for the sample checks to finish their first runs")
     const deadline = Date.now() + 120_000
+    const current = () => ({
+      ...fleetView(running.members.values(), Date.now()),
+      fleetChecks: fleetCheckList(running.fleetChecks.values()),
+    })
     while (Date.now() < deadline) {
-      const view = fleetView(running.members.values(), Date.now())
-      if (view.checks.length >= samples.length && view.checks.every((c) => c.status !== "Unknown")) break
+      const view = current()
+      if (
+        view.checks.length >= samples.checks.length &&
+        view.checks.every((c) => c.status !== "Unknown") &&
+        view.fleetChecks.length >= samples.fleetChecks.length &&
+        view.fleetChecks.every((f) => f.verified.status !== "Unknown")
+      )
+        break
       await new Promise((r) => setTimeout(r, 500))
     }
-    const view = fleetView(running.members.values(), Date.now())
+    const view = current()
     process.stdout.write(
       [
         "",

@@ -36,6 +36,8 @@ export interface HubOptions {
 export interface HubHandle {
   readonly identity: string
   readonly members: Map<string, MemberEntry>
+  /** FleetBackupChecks as the placement controller last computed them (empty unless leading). */
+  readonly fleetChecks: ReadonlyMap<string, FleetCheckView>
   readonly isLeader: () => boolean
   readonly port: number
   /** The dashboard's own listener's port, when `dashboardAddress` is set. */
@@ -199,7 +201,7 @@ export const runHub = Effect.fnUntraced(function* (
     leaderName = () => elector.observedHolder()
     yield* Effect.forkScoped(elector.run(leaderWork))
   }
-  return { identity, members, isLeader: () => leading, port, dashboardPort }
+  return { identity, members, fleetChecks, isLeader: () => leading, port, dashboardPort }
 })
 
 /** Access review through the hub's own client; a review the API server did not answer is logged here. */

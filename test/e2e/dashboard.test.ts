@@ -64,8 +64,12 @@ describe("dashboard in a real browser (JavaScript disabled)", () => {
     requireChromium()
     const t0 = Date.now()
     fleet = await startFleet({ clusters: [{ name: "hub", workloads: false }, "member-1", "member-2"] })
-    // The two classic samples only: what this file asserts is laid out for one check per member.
-    await prepareFleet(fleet, { samples: ["orders-db-nightly.yaml", "payments-db-weekly.yaml"] })
+    // The two classic samples only: what this file asserts is laid out for one check per member (the
+    // FleetBackupCheck sample on the dashboard: test/unit/hub-http.test.ts, test/integration/placement.test.ts).
+    await prepareFleet(fleet, {
+      samples: ["orders-db-nightly.yaml", "payments-db-weekly.yaml"],
+      fleetSamples: false,
+    })
     hub = await startHub(fleet.cluster("hub"))
     const url = hub.url
     // Both samples reach a final verdict: member-1's passes, member-2's fails with ChecksumMismatch.

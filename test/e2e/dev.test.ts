@@ -1,5 +1,6 @@
 // The README's first command, end to end: `bin/fleetcheck dev` brings up a hub and two members, the
-// samples end one Verified and one failed with a clear reason, `fleetcheck status` says so with exit 1,
+// samples end one Verified and one failed with a clear reason, the FleetBackupCheck sample is placed in
+// both members and verified, `fleetcheck status` says so with exit 1,
 // and Ctrl-C leaves no process or temporary directory behind.
 import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { existsSync, readFileSync } from "node:fs"
@@ -58,9 +59,15 @@ describe("fleetcheck dev", () => {
     expect(status.code).toBe(1) // one check is failing: scripts can tell
     expect(status.stdout).toMatch(/orders-db-nightly\s+True\s+RestoreSucceeded/)
     expect(status.stdout).toMatch(/payments-db-weekly\s+False\s+ChecksumMismatch/)
+    // The FleetBackupCheck sample, placed by the hub in both members and verified there.
+    expect(status.stdout).toMatch(
+      /fleetcheck-system\/etcd-snapshots\s+True\s+AllVerified\s+2\/2\s+member-1=True member-2=True/,
+    )
     const page = await (await fetch(`${url}/`)).text()
     expect(page).toContain("payments-db-weekly")
     expect(page).toContain("checksum mismatch")
+    expect(page).toContain("Fleet checks")
+    expect(page).toContain("etcd-snapshots")
 
     dev.kill("SIGINT")
     const code = await new Promise<number | null>((r) => dev?.once("exit", r))
