@@ -1,7 +1,9 @@
 // `fleetcheck hub`: runs the hub. Every flag, its FLEETCHECK_* variable and its default come from the
 // one configuration schema (src/hub/config.ts); everything is validated before anything starts, and a
 // bad value exits with a message.
+
 import { parseArgs } from "node:util"
+import { ProviderFileError } from "../clusterprofile/provider-file.ts"
 import { hubFlagNames, hubHelp, resolveHubConfig } from "../hub/config.ts"
 import { launchHub } from "../hub/launch.ts"
 
@@ -45,7 +47,17 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
     process.stderr.write(`fleetcheck hub: ${config.message}\n(fleetcheck hub --help lists every setting)\n`)
     return 2
   }
-  const hub = await launchHub({ config, processMetrics: true })
+  let hub: Awaited<ReturnType<typeof launchHub>>
+  try {
+    hub = await launchHub({ config, processMetrics: true })
+  } catch (e) {
+    // A settings file the hub reads at startup (--clusterprofile-provider-file) is a usage error too.
+    if (e instanceof ProviderFileError) {
+      process.stderr.write(`fleetcheck hub: ${e.message}\n`)
+      return 2
+    }
+    throw e
+  }
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stderr.write(

@@ -191,6 +191,18 @@ export const hubSettings = {
     "",
     "also register Cluster API <cluster>-kubeconfig Secrets (data key value) in the hub namespace that match this label selector (empty: off)",
   ),
+  clusterprofileProviderFile: setting(
+    "clusterprofile-provider-file",
+    z.string().min(1).max(4096),
+    undefined,
+    "KEP-5339 access-provider file (JSON: providers[].name → execConfig); set, ClusterProfiles in the hub namespace register members, with credentials from these plugins only",
+  ),
+  clusterprofileSelector: setting(
+    "clusterprofile-selector",
+    labelSelector,
+    "",
+    "which ClusterProfiles register members (a label selector; empty: every one in the hub namespace)",
+  ),
   allowExec: setting("allow-exec", bool, "false", "accept kubeconfigs with exec credential plugins"),
   execPluginTimeoutMs: setting(
     "exec-plugin-timeout",

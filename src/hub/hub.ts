@@ -6,6 +6,7 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { Effect, type Scope } from "effect"
 import type { FleetCheckView } from "../api/fleet.ts"
 import { hubLeaseName } from "../api/names.ts"
+import type { AccessProviders } from "../clusterprofile/provider-file.ts"
 import { makeGlobalLimit } from "../engine/global-limit.ts"
 import { type KubeClient, makeKubeClient } from "../kube/client.ts"
 import { gateWrites } from "../kube/write-gate.ts"
@@ -31,6 +32,8 @@ export interface HubOptions {
   /** Unique per process: the Lease holder and the Events' reporting instance. */
   readonly identity: string
   readonly metrics: FleetMetrics
+  /** From --clusterprofile-provider-file, read at startup; undefined: ClusterProfiles are not read. */
+  readonly accessProviders: AccessProviders | undefined
 }
 
 export interface HubHandle {
@@ -176,6 +179,7 @@ export const runHub = Effect.fnUntraced(function* (
       userAgent,
       drainGraceMs: () => drainGrace(),
       fence,
+      accessProviders: options.accessProviders,
       onSynced: () => {
         registrationSynced = true
       },

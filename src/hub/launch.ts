@@ -4,6 +4,7 @@
 // the scope the way SIGTERM does: members drain, the lease is released, spans are flushed.
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
+import { readProviderFile } from "../clusterprofile/provider-file.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { makeMetrics } from "../observability/metrics/index.ts"
 import { TracingLive, type TracingOptions } from "../observability/tracing.ts"
@@ -58,6 +59,10 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
     Logger.layer([options.logger ?? Logger.consoleJson]),
     Layer.succeed(References.MinimumLogLevel, config.logLevel),
   )
+  // Read before anything starts: a broken provider file stops the hub with a clear message.
+  const accessProviders = config.clusterprofileProviderFile
+    ? readProviderFile(config.clusterprofileProviderFile)
+    : undefined
   const scope = Effect.runSync(Scope.make())
   const close = () => Effect.runPromise(Scope.close(scope, Exit.void).pipe(Effect.provide(logging)))
   try {
@@ -78,6 +83,7 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
         hubKubeConfig: options.kubeConfig ?? hubKubeConfig(config),
         identity: options.identity ?? makeLeaderIdentity(),
         metrics,
+        accessProviders,
       }).pipe(Scope.provide(scope), Effect.provide(services)),
     )
     const urlOf = (host: string, port: number) =>

@@ -60,6 +60,8 @@ export interface MemberSpec {
   readonly namespaces?: ReadonlyArray<string> | undefined
   /** A ClusterProfile provider's extension config, for an exec plugin with provideClusterInfo. */
   readonly execClusterConfig?: unknown
+  /** Records an Event when the exec plugin stops producing credentials (once per distinct failure). */
+  readonly onExecPluginFailed: (message: string) => Effect.Effect<void>
 }
 
 const memberClusterPath = (name: string, subresource?: string) =>
@@ -404,10 +406,16 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     Effect.forkScoped,
   )
 
+  let execFailureReported: string | undefined
   const probeLoop = Effect.gen(function* () {
     while (true) {
       const woken = wakeProbe
       yield* probeOnce(engine, entry, timings, spec.namespaces?.[0])
+      const failure = entry.probe.credentialsValid === false ? entry.probe.credentialsFailure : undefined
+      if (failure === "ExecPluginFailed" && entry.probe.lastError !== execFailureReported) {
+        execFailureReported = entry.probe.lastError
+        yield* spec.onExecPluginFailed(entry.probe.lastError ?? "exec credential plugin failed")
+      } else if (failure === undefined) execFailureReported = undefined
       const now = yield* Clock.currentTimeMillis
       // An exec credential is renewed by its plugin: its expiry matters only while renewing fails.
       const exec = engine.credentialState()

@@ -32,7 +32,7 @@
 // credentials: the hub says so in a FinalizersNotReleased Event and forgets it (docs/deploy.md says how
 // to release it by hand). Narrowing on the same server is released with the Secret's current
 // credentials, so it survives restarts.
-import type { KubeConfig, V1Secret } from "@kubernetes/client-node"
+import type { KubeConfig, V1ObjectMeta, V1Secret } from "@kubernetes/client-node"
 import { Clock, Effect, Fiber, FiberMap, type Scope } from "effect"
 import type { RegistrationSource } from "../api/membercluster.ts"
 import {
@@ -41,6 +41,15 @@ import {
   memberCleanupFinalizer,
   registrationLabel,
 } from "../api/names.ts"
+import {
+  type ClusterProfileConnection,
+  type ClusterProfileVersion,
+  checkClusterProfile,
+  clusterProfileGroup,
+  clusterProfilePlural,
+  clusterProfileVersions,
+} from "../clusterprofile/profile.ts"
+import type { AccessProviders } from "../clusterprofile/provider-file.ts"
 import { runController } from "../engine/controller.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
 import { makeInformer } from "../engine/informer/informer.ts"
@@ -94,7 +103,24 @@ export interface RegistrationOptions {
   readonly userAgent: string
   /** Called once every registration Secret has been listed: the hub's view is now complete. */
   readonly onSynced: () => void
+  /** The hub operator's ClusterProfile access providers (--clusterprofile-provider-file); none: off. */
+  readonly accessProviders: AccessProviders | undefined
 }
+
+/**
+ * What registers a member: a Secret (labelled, or a Cluster API one) or a ClusterProfile. Their
+ * metadata is handled alike; a Secret's kubeconfig is in its data, a profile's connection in its status.
+ */
+interface Registering {
+  readonly apiVersion?: string | undefined
+  readonly kind?: string | undefined
+  readonly metadata?: V1ObjectMeta | undefined
+  readonly data?: { [key: string]: string } | undefined
+  readonly status?: unknown
+}
+
+/** The policy's verdict: on a Secret's kubeconfig, or on a ClusterProfile's access provider. */
+type RegistrationCheck = KubeconfigCheck | ClusterProfileConnection
 
 /** MemberCluster Ready=False reasons the registration sets (besides the policy's refusal reasons). */
 export const registrationReasons = {
@@ -130,7 +156,11 @@ interface Held {
 }
 
 type Desired =
-  | { readonly kind: "engine"; readonly checked: KubeconfigAccepted; readonly cluster: ClusterRef }
+  | {
+      readonly kind: "engine"
+      readonly checked: KubeconfigAccepted & { readonly execClusterConfig?: unknown }
+      readonly cluster: ClusterRef
+    }
   | { readonly kind: "duplicate"; readonly of: Candidate }
   | { readonly kind: "refused"; readonly reason: string; readonly message: string }
   | { readonly kind: "disengaging"; readonly why: "deleted" | "unlabelled" }
@@ -143,6 +173,8 @@ interface SecretState {
   feed?: CredentialFeed
   /** The kubeconfig hash last given to the engine (connection and credential). */
   credentialHash?: string
+  /** What kind of object registered it when last seen (a ClusterProfile is looked up as one). */
+  source?: RegistrationSource["kind"]
   /** The cluster of the last accepted kubeconfig, to requeue the Secrets that share it. */
   cluster?: ClusterRef
   /** The last failed release, shown on the MemberCluster while disengaging. */
@@ -154,11 +186,11 @@ interface SecretState {
 }
 
 /** Labels copied from the Secret to the MemberCluster: everything but our own registration label. */
-const copiedLabels = (secret: V1Secret) =>
+const copiedLabels = (secret: Registering) =>
   Object.fromEntries(Object.entries(secret.metadata?.labels ?? {}).filter(([k]) => k !== registrationLabel))
 
 /** creationTimestamp as RFC 3339 text (the informer keeps the JSON string; typed as Date by client-node). */
-const createdOf = (secret: V1Secret): string => {
+const createdOf = (secret: Registering): string => {
   const t = secret.metadata?.creationTimestamp as unknown
   return typeof t === "string" ? t : t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, "Z") : ""
 }
@@ -188,8 +220,27 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     readonly namespaces: Namespaces
     readonly fiber: Fiber.Fiber<unknown, unknown>
   }>()
-  const checkCache = new Map<string, { readonly rv: string; readonly result: KubeconfigCheck }>()
+  const checkCache = new Map<string, { readonly rv: string; readonly result: RegistrationCheck }>()
   const backoff = new ItemExponentialFailureRateLimiter(releaseBackoff)
+
+  /** Asks the API server which ClusterProfile version it serves: v1alpha2 first, then v1alpha1. */
+  const servedProfileVersion = hubClient
+    .request<{ versions?: Array<{ version?: string }> }>({
+      method: "GET",
+      path: `/apis/${clusterProfileGroup}`,
+    })
+    .pipe(
+      Effect.map((g) => {
+        const served = new Set((g.versions ?? []).map((v) => v.version))
+        return clusterProfileVersions.find((v) => served.has(v)) ?? clusterProfileVersions[0]
+      }),
+      Effect.tapError((e) =>
+        Effect.logWarning("ClusterProfiles are not served by the hub cluster; watching v1alpha2 anyway").pipe(
+          Effect.annotateLogs({ error: e.message }),
+        ),
+      ),
+      Effect.orElseSucceed((): ClusterProfileVersion => clusterProfileVersions[0]),
+    )
 
   const secrets = yield* makeInformer<V1Secret>({
     client: hubClient,
@@ -221,22 +272,58 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       onUpdate: (_, s) => enqueue(s.metadata?.name ?? ""),
       onDelete: (s) => enqueue(s.metadata?.name ?? ""),
     })
-  /** A registering Secret from either selection (the labelled one first). */
-  const cachedSecret = (name: string): V1Secret | undefined =>
-    secrets.store.get(keyOf(name)) ?? capiSecrets?.store.get(keyOf(name))
-  /** Every registering Secret, once each. */
-  const allSecrets = (): V1Secret[] => {
-    const labelled = secrets.store.list()
-    if (!capiSecrets) return labelled
-    const names = new Set(labelled.map((s) => s.metadata?.name))
-    return [...labelled, ...capiSecrets.store.list().filter((s) => !names.has(s.metadata?.name))]
-  }
-  const sourceOf = (secret: V1Secret): RegistrationSource => ({
-    kind: secret.metadata?.labels?.[registrationLabel] === "true" ? "Secret" : "ClusterAPISecret",
-    name: secret.metadata?.name ?? "",
+  // ClusterProfiles in the hub namespace, when the hub operator gave a provider file: v1alpha2 when the
+  // API server serves it, else v1alpha1 (read through the same fields).
+  const profileVersion: ClusterProfileVersion | undefined = options.accessProviders
+    ? yield* servedProfileVersion
+    : undefined
+  const profileResource = profileVersion
+    ? { group: clusterProfileGroup, version: profileVersion, plural: clusterProfilePlural }
+    : undefined
+  const profiles = profileResource
+    ? yield* makeInformer<Registering>({
+        client: hubClient,
+        name: "registration-clusterprofiles",
+        resource: profileResource,
+        namespace,
+        ...(config.clusterprofileSelector !== "" ? { labelSelector: config.clusterprofileSelector } : {}),
+        resyncMs: config.resyncPeriodMs,
+      })
+    : undefined
+  profiles?.addHandler({
+    onAdd: (s) => enqueue(s.metadata?.name ?? ""),
+    onUpdate: (_, s) => enqueue(s.metadata?.name ?? ""),
+    onDelete: (s) => enqueue(s.metadata?.name ?? ""),
   })
+  /** A registering object: a Secret of either selection (the labelled one first), else a ClusterProfile. */
+  const cachedSecret = (name: string): Registering | undefined =>
+    secrets.store.get(keyOf(name)) ?? capiSecrets?.store.get(keyOf(name)) ?? profiles?.store.get(keyOf(name))
+  /** Every registering object, once per name (a Secret hides a ClusterProfile of the same name). */
+  const allSecrets = (): Registering[] => {
+    const all: Registering[] = [...secrets.store.list()]
+    const names = new Set(all.map((s) => s.metadata?.name))
+    for (const more of [capiSecrets?.store.list() ?? [], profiles?.store.list() ?? []])
+      for (const s of more)
+        if (!names.has(s.metadata?.name)) {
+          names.add(s.metadata?.name)
+          all.push(s)
+        }
+    return all
+  }
+  const isProfile = (obj: Registering) => obj.kind === "ClusterProfile"
+  const sourceOf = (obj: Registering): RegistrationSource => ({
+    kind: isProfile(obj)
+      ? "ClusterProfile"
+      : obj.metadata?.labels?.[registrationLabel] === "true"
+        ? "Secret"
+        : "ClusterAPISecret",
+    name: obj.metadata?.name ?? "",
+  })
+  /** Where a registering object lives, for its PATCH. */
+  const resourceOf = (obj: Registering) =>
+    isProfile(obj) && profileResource ? profileResource : secretResource
 
-  const recordEvent = (secret: V1Secret, type: "Normal" | "Warning", reason: string, message: string) =>
+  const recordEvent = (secret: Registering, type: "Normal" | "Warning", reason: string, message: string) =>
     Effect.gen(function* () {
       // events.k8s.io wants MicroTime: exactly six fractional digits.
       const now = new Date(yield* Clock.currentTimeMillis).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z")
@@ -259,7 +346,15 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             reason,
             type,
             note: message.slice(0, 1024),
-            regarding: { apiVersion: "v1", kind: "Secret", namespace, name, uid: secret.metadata?.uid },
+            regarding: isProfile(secret)
+              ? {
+                  apiVersion: `${clusterProfileGroup}/${profileVersion}`,
+                  kind: "ClusterProfile",
+                  namespace,
+                  name,
+                  uid: secret.metadata?.uid,
+                }
+              : { apiVersion: "v1", kind: "Secret", namespace, name, uid: secret.metadata?.uid },
           },
         })
         .pipe(
@@ -270,7 +365,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     })
 
   /** The policy's verdict on a Secret, cached per resourceVersion (re-checked once a credential expired). */
-  const checkOf = (secret: V1Secret, now: number): KubeconfigCheck => {
+  const checkOf = (secret: Registering, now: number): RegistrationCheck => {
     const name = secret.metadata?.name ?? ""
     const rv = secret.metadata?.resourceVersion ?? ""
     const cached = checkCache.get(name)
@@ -279,14 +374,21 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       cached.result.credentialExpiry !== undefined &&
       cached.result.credentialExpiry.getTime() <= now
     if (cached && cached.rv === rv && !expired) return cached.result
-    const result = checkKubeconfig({
-      secretName: name,
-      data: secret.data,
-      annotations: secret.metadata?.annotations,
-      policy,
-      now: new Date(now),
-      ...(sourceOf(secret).kind === "ClusterAPISecret" ? { dataKey: capiKubeconfigDataKey } : {}),
-    })
+    const result: RegistrationCheck = isProfile(secret)
+      ? checkClusterProfile({
+          profile: secret,
+          providers: options.accessProviders ?? new Map(),
+          policy,
+          now: new Date(now),
+        })
+      : checkKubeconfig({
+          secretName: name,
+          data: secret.data,
+          annotations: secret.metadata?.annotations,
+          policy,
+          now: new Date(now),
+          ...(sourceOf(secret).kind === "ClusterAPISecret" ? { dataKey: capiKubeconfigDataKey } : {}),
+        })
     checkCache.set(name, { rv, result })
     return result
   }
@@ -331,17 +433,27 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     }
   }
 
-  /** A Secret that left the label selector may still exist (the label was removed): look it up by name. */
-  const lookupUnlisted = (name: string) =>
-    hubClient
-      .request<{ items?: V1Secret[] | null }>({
+  /**
+   * A Secret (or ClusterProfile) that left its selector may still exist (the label was removed): look
+   * it up by name, where it was last seen.
+   */
+  const lookupUnlisted = (name: string) => {
+    const wasProfile = states.get(name)?.source === "ClusterProfile" && profileResource !== undefined
+    return hubClient
+      .request<{ items?: Registering[] | null; apiVersion?: string }>({
         method: "GET",
-        path: pathOf(secretResource, { namespace }),
+        path: pathOf(wasProfile && profileResource ? profileResource : secretResource, { namespace }),
         query: { fieldSelector: `metadata.name=${name}` },
       })
-      .pipe(Effect.map((list) => list.items?.[0]))
+      .pipe(
+        Effect.map((list): Registering | undefined => {
+          const found = list.items?.[0]
+          return found && wasProfile ? { ...found, kind: "ClusterProfile" } : found
+        }),
+      )
+  }
 
-  const stateFor = (name: string, secret: V1Secret): SecretState => {
+  const stateFor = (name: string, secret: Registering): SecretState => {
     let st = states.get(name)
     if (!st) {
       // First sight in this process: what an earlier hub recorded as held is held still.
@@ -364,7 +476,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
    * Releases one held scope until it succeeds (or once, when the caches never synced there, so nothing
    * can carry the finalizer, or when the Secret is gone), then forgets it and requeues the Secret.
    */
-  const releaseHeld = (name: string, st: SecretState, h: Held, once: boolean, secret: V1Secret) =>
+  const releaseHeld = (name: string, st: SecretState, h: Held, once: boolean, secret: Registering) =>
     Effect.gen(function* () {
       const key = backoffKey(name, h)
       const done = () => {
@@ -422,7 +534,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
    * worker) and for engines it displaces, releases every held scope the new engine does not cover,
    * then runs the engine, if one is desired.
    */
-  const startFiber = (name: string, st: SecretState, desired: Desired | { kind: "gone" }, secret: V1Secret) =>
+  const startFiber = (
+    name: string,
+    st: SecretState,
+    desired: Desired | { kind: "gone" },
+    secret: Registering,
+  ) =>
     Effect.gen(function* () {
       const previous = FiberMap.getUnsafe(fibers, name)
       const engineScope =
@@ -466,7 +583,13 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           )
           if (desired.kind !== "engine" || !entry || !feed) return yield* Fiber.await(releasing)
           const engine = yield* runMember(
-            { entry, credential: feed, namespaces: desired.checked.namespaces },
+            {
+              entry,
+              credential: feed,
+              namespaces: desired.checked.namespaces,
+              execClusterConfig: desired.checked.execClusterConfig,
+              onExecPluginFailed: (message) => recordEvent(secret, "Warning", "ExecPluginFailed", message),
+            },
             {
               hubClient,
               globalLimit: options.globalLimit,
@@ -498,7 +621,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
    * Makes the Secret carry our finalizer exactly while something is held, and the annotation list what
    * is held. A compare-and-swap on the cached resourceVersion: a Conflict requeues (the cache was behind).
    */
-  const persist = (secret: V1Secret, st: SecretState) =>
+  const persist = (secret: Registering, st: SecretState) =>
     Effect.gen(function* () {
       const meta = secret.metadata ?? {}
       const stale = st.patched !== undefined && st.patched.from === meta.resourceVersion
@@ -514,9 +637,9 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             : [...finalizers, memberCleanupFinalizer]
           : finalizers.filter((f) => f !== memberCleanupFinalizer)
       if (nextFinalizers.length === finalizers.length && annotation === wantAnnotation) return
-      const patched = yield* hubClient.request<V1Secret>({
+      const patched = yield* hubClient.request<Registering>({
         method: "PATCH",
-        path: pathOf(secretResource, { namespace, name: meta.name }),
+        path: pathOf(resourceOf(secret), { namespace, name: meta.name }),
         contentType: "application/merge-patch+json",
         body: {
           metadata: {
@@ -548,7 +671,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       const st = states.get(name)
       if (st && (st.held.length > 0 || FiberMap.hasUnsafe(fibers, name))) {
         yield* Effect.logInfo("registration Secret gone; member disengaged")
-        const placeholder: V1Secret = { metadata: { name, namespace } }
+        const placeholder: Registering = { metadata: { name, namespace } }
         yield* startFiber(name, st, { kind: "gone" }, placeholder)
       }
       states.delete(name)
@@ -644,7 +767,10 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         members.set(name, entry)
       }
       entry.labels = labels
-      if (labelled) entry.source = sourceOf(secret)
+      if (labelled) {
+        entry.source = sourceOf(secret)
+        st.source = entry.source.kind
+      }
 
       // Recorded before any engine can put a finalizer there.
       yield* persist(secret, st)
@@ -744,6 +870,31 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         if ((s.metadata?.finalizers ?? []).includes(memberCleanupFinalizer)) enqueue(s.metadata?.name ?? "")
       continueToken = page.metadata?.continue || undefined
     } while (continueToken !== undefined)
+    // ClusterProfiles that left the selector while no hub ran, still carrying our finalizer.
+    if (profileResource && config.clusterprofileSelector !== "") {
+      let cont: string | undefined
+      do {
+        const page = yield* hubClient.request<{
+          items?: Registering[] | null
+          metadata?: { continue?: string }
+        }>({
+          method: "GET",
+          path: pathOf(profileResource, { namespace }),
+          query: { limit: "100", continue: cont },
+        })
+        for (const p of page.items ?? []) {
+          const name = p.metadata?.name ?? ""
+          if (
+            (p.metadata?.finalizers ?? []).includes(memberCleanupFinalizer) &&
+            !profiles?.store.get(keyOf(name))
+          ) {
+            stateFor(name, p).source = "ClusterProfile"
+            enqueue(name)
+          }
+        }
+        cont = page.metadata?.continue || undefined
+      } while (cont !== undefined)
+    }
   }).pipe(
     Effect.catch((e) =>
       Effect.logWarning("listing unlabelled Secrets that carry the hub's finalizer failed").pipe(
@@ -752,9 +903,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     ),
   )
 
-  const allSynced = Effect.all([secrets.awaitSynced, capiSecrets?.awaitSynced ?? Effect.void], {
-    discard: true,
-  })
+  const allSynced = Effect.all(
+    [secrets.awaitSynced, capiSecrets?.awaitSynced ?? Effect.void, profiles?.awaitSynced ?? Effect.void],
+    {
+      discard: true,
+    },
+  )
   yield* allSynced.pipe(
     Effect.andThen(Effect.sync(options.onSynced)),
     Effect.andThen(Effect.logInfo("registration Secrets listed")),

@@ -119,6 +119,8 @@ export interface KubeconfigCheckInput {
   readonly now: Date
   /** Where in `data` the kubeconfig is; default kubeconfigDataKey (a Cluster API Secret: "value"). */
   readonly dataKey?: string
+  /** What messages call the registering object; default Secret. */
+  readonly kind?: "Secret" | "ClusterProfile"
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -351,14 +353,14 @@ export const checkKubeconfig = (input: KubeconfigCheckInput): KubeconfigCheck =>
     return {
       ok: false,
       reason: kubeconfigRefusalReasons.KubeconfigInvalid,
-      message: `Secret ${q(input.secretName)}: the kubeconfig could not be checked`,
+      message: `${input.kind ?? "Secret"} ${q(input.secretName)}: the kubeconfig could not be checked`,
     }
   }
 }
 
 const check = (input: KubeconfigCheckInput): KubeconfigAccepted | Refusal => {
   const { policy, now } = input
-  const secret = `Secret ${q(input.secretName)}`
+  const secret = `${input.kind ?? "Secret"} ${q(input.secretName)}`
   const R = kubeconfigRefusalReasons
   const refuse: Refuse = (reason, message) => new Refusal({ reason, message: `${secret}: ${message}` })
 

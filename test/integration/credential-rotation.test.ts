@@ -151,6 +151,43 @@ describe("credential rotation without a relist", () => {
     }
   }
 
+  const sentinel = "SENTINEL-plugin-said-this"
+  const brokenPlugins = {
+    fails: `echo "${sentinel} token=abc" >&2; exit 3`,
+    hangs: `echo "${sentinel}" >&2; sleep 600`,
+    garbage: `echo "${sentinel} {not an ExecCredential"`,
+  }
+  let pluginDir = ""
+  const profilesPath = `/apis/multicluster.x-k8s.io/v1alpha2/namespaces/${hubNamespace}/clusterprofiles`
+  /** A ClusterProfile whose status offers `providers` for m1 (status written through its subresource). */
+  const putProfile = async (
+    name: string,
+    providers: ReadonlyArray<string>,
+    namespaces: string,
+    ca = true,
+  ) => {
+    const created = await hubCluster.api("POST", profilesPath, {
+      apiVersion: "multicluster.x-k8s.io/v1alpha2",
+      kind: "ClusterProfile",
+      metadata: { name, namespace: hubNamespace, annotations: { "fleetcheck.io/namespaces": namespaces } },
+      spec: { displayName: name, clusterManager: { name: "test-manager" } },
+    })
+    expect(created.status, JSON.stringify(created.body)).toBe(201)
+    const status = await hubCluster.api("PUT", `${profilesPath}/${name}/status`, {
+      ...created.body,
+      status: {
+        accessProviders: providers.map((p) => ({
+          name: p,
+          cluster: {
+            server: m1.server,
+            ...(ca ? { "certificate-authority-data": b64(m1.caPem) } : {}),
+          },
+        })),
+      },
+    })
+    expect(status.status, JSON.stringify(status.body)).toBe(200)
+  }
+
   beforeAll(async () => {
     fleet = await startFleet({
       clusters: [
@@ -160,6 +197,7 @@ describe("credential rotation without a relist", () => {
     })
     hubCluster = fleet.cluster("hub")
     m1 = fleet.cluster("m1")
+    pluginDir = `${fleet.runDir}/plugins`
     expect(
       (
         await hubCluster.kubectl([
@@ -176,7 +214,7 @@ describe("credential rotation without a relist", () => {
     expect(
       (await m1.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`])).code,
     ).toBe(0)
-    for (const ns of [saNamespace, "rotated", "exec"])
+    for (const ns of [saNamespace, "rotated", "exec", "profile"])
       expect((await m1.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
     // Every ServiceAccount of saNamespace is a hub identity (one per rotation, so the audit log tells
     // which token a request carried).
@@ -195,10 +233,53 @@ describe("credential rotation without a relist", () => {
         })
       ).status,
     ).toBe(201)
+    // ClusterProfiles: the CRD in the hub, and the hub operator's provider file naming the project's
+    // TokenRequest plugin and three broken ones.
+    expect(
+      (
+        await hubCluster.kubectl([
+          "apply",
+          "--server-side",
+          "-f",
+          `${crdDir}/multicluster.x-k8s.io_clusterprofiles.yaml`,
+        ])
+      ).code,
+    ).toBe(0)
+    mkdirSync(pluginDir, { recursive: true })
+    for (const [name, body] of Object.entries(brokenPlugins)) {
+      writeFileSync(`${pluginDir}/${name}.sh`, `#!/bin/sh\n${body}\n`)
+      chmodSync(`${pluginDir}/${name}.sh`, 0o755)
+    }
+    const providerFile = `${fleet.runDir}/providers.json`
+    writeFileSync(
+      providerFile,
+      JSON.stringify({
+        providers: [
+          {
+            name: "fleet-token",
+            execConfig: {
+              apiVersion: "client.authentication.k8s.io/v1",
+              command: plugin,
+              env: [
+                { name: "FLEETCHECK_PLUGIN_KUBECTL", value: `${fleet.binDir}/kubectl` },
+                { name: "FLEETCHECK_PLUGIN_KUBECONFIG", value: m1.kubeconfigPath },
+                { name: "FLEETCHECK_PLUGIN_NAMESPACE", value: saNamespace },
+                { name: "FLEETCHECK_PLUGIN_SERVICEACCOUNT", value: "profile-hub" },
+              ],
+            },
+          },
+          ...Object.keys(brokenPlugins).map((name) => ({
+            name,
+            execConfig: { command: `${pluginDir}/${name}.sh` },
+          })),
+        ],
+      }),
+    )
     hub = await startHub(hubCluster, {
       allowExec: true,
       execPluginTimeoutMs: 2_000,
       capiKubeconfigSelector: "cluster.x-k8s.io/cluster-name",
+      clusterprofileProviderFile: providerFile,
     })
   }, 180_000)
 
@@ -345,38 +426,72 @@ describe("credential rotation without a relist", () => {
     expect(await eventsOf("capi-b-kubeconfig", "InsecureSkipTLSVerifyRefused")).toBe(1)
   }, 120_000)
 
-  it("exec plugins that fail, hang or print garbage: bounded, reported without their output", async () => {
-    const sentinel = "SENTINEL-plugin-said-this"
-    const scripts = {
-      fails: `echo "${sentinel} token=abc" >&2; exit 3`,
-      hangs: `echo "${sentinel}" >&2; sleep 600`,
-      garbage: `echo "${sentinel} {not an ExecCredential"`,
-    }
-    const dir = `${fleet.runDir}/plugins`
-    mkdirSync(dir, { recursive: true })
-    for (const [name, body] of Object.entries(scripts)) {
-      writeFileSync(`${dir}/${name}.sh`, `#!/bin/sh\n${body}\n`)
-      chmodSync(`${dir}/${name}.sh`, 0o755)
+  it("exec plugins that fail, hang or print garbage (kubeconfig or provider file): bounded, reported without their output", async () => {
+    const names = Object.keys(brokenPlugins)
+    for (const name of names) {
       const user = [
         "    exec:",
         "      apiVersion: client.authentication.k8s.io/v1",
-        `      command: ${dir}/${name}.sh`,
+        `      command: ${pluginDir}/${name}.sh`,
       ].join("\n")
       await putSecret(`plugin-${name}`, m1.kubeconfig.replace(/ {4}token: .*/, user), `plugin-${name}`)
+      await putProfile(`profile-${name}`, [name], `profile-${name}`)
     }
-    for (const name of Object.keys(scripts)) {
-      const c = await waitUntil(`plugin-${name} CredentialsValid=False`, 30_000, async () => {
-        const cv = cond(await memberCluster(`plugin-${name}`), "CredentialsValid")
+    for (const member of names.flatMap((n) => [`plugin-${n}`, `profile-${n}`])) {
+      const c = await waitUntil(`${member} CredentialsValid=False`, 30_000, async () => {
+        const cv = cond(await memberCluster(member), "CredentialsValid")
         return cv?.status === "False" ? cv : undefined
       })
       expect(c.reason, c.message).toBe("ExecPluginFailed")
       expect(c.message).toContain("exec credential plugin")
-      expect(JSON.stringify(await memberCluster(`plugin-${name}`))).not.toContain("SENTINEL")
+      expect(JSON.stringify(await memberCluster(member))).not.toContain("SENTINEL")
+      await waitUntil(
+        `${member} ExecPluginFailed Event`,
+        20_000,
+        async () => (await eventsOf(member, "ExecPluginFailed")) > 0,
+      )
     }
-    const hung = cond(await memberCluster("plugin-hangs"), "CredentialsValid")
-    expect(hung.message).toContain("did not finish within 2000 ms")
+    for (const member of ["plugin-hangs", "profile-hangs"])
+      expect(cond(await memberCluster(member), "CredentialsValid").message).toContain(
+        "did not finish within 2000 ms",
+      )
     const events = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
       .body
     expect(JSON.stringify(events)).not.toContain("SENTINEL")
   }, 120_000)
+
+  it("a member registered only through a ClusterProfile and the provider file's TokenRequest plugin verifies a check", async () => {
+    await createServiceAccount("profile-hub")
+    await putProfile("profile-a", ["someone-else", "fleet-token"], "profile")
+    await waitReady("profile-a")
+    const mc = await memberCluster("profile-a")
+    expect(mc.status.source).toEqual({ kind: "ClusterProfile", name: "profile-a" })
+    await createCheck("profile", "nightly")
+    await allReconciledAndVerified("profile", 60_000)
+    // The hub's requests carried the plugin's token (its ServiceAccount), not the admin's.
+    expect(
+      requestsTo(m1, { user: `system:serviceaccount:${saNamespace}:profile-hub`, userAgent: hubAgent })
+        .length,
+    ).toBeGreaterThan(0)
+    // The hub's finalizer is on the profile while the member is engaged.
+    const profile = (await hubCluster.api("GET", `${profilesPath}/profile-a`)).body
+    expect(profile.metadata.finalizers).toContain("fleetcheck.io/member-cleanup")
+  }, 120_000)
+
+  it("a ClusterProfile naming no provider the hub knows, or without a CA, is refused with a clear condition and Event", async () => {
+    await putProfile("profile-unknown", ["someone-else"], "profile-unknown")
+    await putProfile("profile-noca", ["fleet-token"], "profile-noca", false)
+    for (const [name, reason] of [
+      ["profile-unknown", "AccessProviderUnknown"],
+      ["profile-noca", "CertificateAuthorityMissing"],
+    ] as const) {
+      const ready = await waitUntil(`${name} refused`, 30_000, async () => {
+        const c = cond(await memberCluster(name), "Ready")
+        return c?.reason === reason ? c : undefined
+      })
+      expect(ready.status).toBe("False")
+      expect(ready.message).toContain(`ClusterProfile "${name}"`)
+      await waitUntil(`${name} ${reason} Event`, 20_000, async () => (await eventsOf(name, reason)) === 1)
+    }
+  }, 60_000)
 })

@@ -74,6 +74,8 @@ describe("hub configuration", () => {
       "resync-period": "1h",
       "credential-expiry-warning": "48h",
       "capi-kubeconfig-selector": "cluster.x-k8s.io/cluster-name",
+      "clusterprofile-provider-file": "/etc/fleetcheck/providers.json",
+      "clusterprofile-selector": "x-k8s.io/cluster-manager=test",
       "allow-exec": "true",
       "exec-plugin-timeout": "20s",
       "allow-auth-provider": "true",
