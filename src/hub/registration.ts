@@ -1,4 +1,6 @@
-// Registration: the hub watches Secrets labelled fleetcheck.io/kubeconfig=true in its own namespace and
+// Registration: the hub watches Secrets labelled fleetcheck.io/kubeconfig=true in its own namespace (and,
+// when configured, Cluster API <cluster>-kubeconfig Secrets and ClusterProfiles there: the sources differ
+// only in where the connection is read from; see docs/adr/0008) and
 // keeps one member fiber per Secret in a FiberMap (multicluster-runtime's kubeconfig provider, with the
 // sync timeout it lacks). The reconcile is level-triggered, talks only to the hub's API server, and never
 // waits for a member: anything that talks to a member (the engine, its drain, finalizer releases) runs in
