@@ -142,8 +142,9 @@ export const dueRun = (input: DueRunInput): DueRunResult => {
   let prev = around.prev
   let nextStart = Number.isNaN(around.next) ? Number.NaN : around.next + offset(around.next)
   if (window > 0 && !Number.isNaN(prev) && prev + offset(prev) > now) {
-    // prev's window has not reached its start: prev is the next start, the slot before it is due.
-    nextStart = prev + offset(prev)
+    // prev's window has not reached its start: prev is the next start (unless it was at or before the
+    // check's creation, so it never runs), and the slot before it is due.
+    if (prev > toMs(input.creationTime)) nextStart = prev + offset(prev)
     prev = slotBefore(compiled.cron, around)
   }
   const nextRunTime = Number.isNaN(nextStart) ? undefined : nextStart

@@ -236,13 +236,15 @@ describe("fleetcheck register / unregister", () => {
         await as.can("patch", "backupchecks", { group: "fleetcheck.io", ns: "apps", sub: "status" }),
       ).toBe(true)
       expect(await as.can("delete", "jobs", { group: "batch", ns: "apps" })).toBe(true)
+      // Placement (ADR 0012): the hub creates, replaces and deletes the checks a FleetBackupCheck places.
+      for (const verb of ["create", "update", "delete"])
+        expect(await as.can(verb, "backupchecks", { group: "fleetcheck.io", ns: "apps" })).toBe(true)
       // And not more.
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces/apps/secrets" })).toBe(403)
       expect(await as.status({ method: "GET", path: "/api/v1/secrets" })).toBe(403)
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces" })).toBe(403)
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces/apps/configmaps" })).toBe(403)
       expect(await as.can("create", "pods", { ns: "apps" })).toBe(false)
-      expect(await as.can("delete", "backupchecks", { group: "fleetcheck.io", ns: "apps" })).toBe(false)
       expect(await as.can("create", "serviceaccounts", { ns: "apps", sub: "token" })).toBe(false)
       expect(await as.can("update", "customresourcedefinitions", { group: "apiextensions.k8s.io" })).toBe(
         false,

@@ -293,4 +293,13 @@ describe("start windows (spec.startWindow)", () => {
     assert.isUndefined(still.run)
     assert.strictEqual(still.skipped?.runID, "s20261129t0300z")
   })
+
+  it("a slot at or before creation is not the next start, even while its own start is still ahead", () => {
+    const start = slot + offsetOf(slot)
+    assert.isAbove(offsetOf(slot), 1_000) // created between the slot and its start
+    const created = dueRun({ ...daily, creationTime: slot + 1, now: start - 1 })
+    assert.isUndefined(created.run)
+    const next = slot + 24 * hour
+    assert.strictEqual(created.nextRunTime, next + offsetOf(next))
+  })
 })
