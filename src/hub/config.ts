@@ -130,6 +130,12 @@ export const hubSettings = {
     "32",
     "hub-wide cap on reconciles running at once, across all members",
   ),
+  maxConcurrentSyncs: setting(
+    "max-concurrent-syncs",
+    int(1, 10_000),
+    "32",
+    "members whose caches may be listing at once while they engage (the rest wait their turn, so a hub start is no burst of every member's LISTs at once)",
+  ),
   workersPerMember: setting("workers-per-member", int(1, 256), "4", "reconcile workers per member"),
   probeIntervalMs: setting(
     "probe-interval",

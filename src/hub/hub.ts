@@ -3,7 +3,7 @@
 // engine. Losing the lease or SIGTERM closes the leading scope: member engines drain their in-flight
 // reconciles (bounded grace), then the lease is released so a standby takes over at once.
 import type { KubeConfig } from "@kubernetes/client-node"
-import { Effect, type Scope } from "effect"
+import { Effect, type Scope, Semaphore } from "effect"
 import type { FleetCheckView } from "../api/fleet.ts"
 import { hubLeaseName } from "../api/names.ts"
 import type { AccessProviders } from "../clusterprofile/provider-file.ts"
@@ -144,6 +144,7 @@ export const runHub = Effect.fnUntraced(function* (
     : undefined
 
   const globalLimit = yield* makeGlobalLimit(config.maxConcurrentReconciles, metrics.addGlobalInflight)
+  const syncLimit = yield* Semaphore.make(config.maxConcurrentSyncs)
   let drainGrace = () => config.drainGraceMs
   const leaderWork = Effect.gen(function* () {
     leading = true
@@ -173,6 +174,7 @@ export const runHub = Effect.fnUntraced(function* (
       hubClient,
       config,
       globalLimit,
+      syncLimit,
       members,
       metrics,
       reportingInstance: identity,

@@ -2,7 +2,7 @@
 // its engine, a health probe with failure/success thresholds, a cache-sync watch with a timeout (a
 // member that cannot sync shows why and never blocks the others), and the MemberCluster status
 // writer. Interrupting the fiber closes the member's scope: workers drain, sockets close.
-import { Clock, Deferred, Effect, Option, Queue, type Scope } from "effect"
+import { Clock, Deferred, Effect, Exit, Option, Queue, Scope, Semaphore } from "effect"
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
@@ -44,6 +44,13 @@ export type MemberSettings = Pick<
 export interface MemberDeps {
   readonly hubClient: KubeClient
   readonly globalLimit: GlobalLimit
+  /**
+   * Hub-wide permits for members whose caches are listing: one is held from the engine's start until
+   * its caches synced or the cache-sync timeout passed (a member that cannot sync never holds up the
+   * others for longer). At hub start this staggers the members' LISTs, and the parsed lists they bring
+   * into memory, instead of every member listing at once.
+   */
+  readonly syncLimit: Semaphore.Semaphore
   readonly settings: MemberSettings
   readonly metrics: FleetMetrics
   /** Drain grace when the member stops now: none once the lease is lost (see hub.ts). */
@@ -312,6 +319,12 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   }
   // The verdict log is the hub's (launch provides it); engines started without one emit nothing.
   const verdictLog = yield* Effect.serviceOption(VerdictLog)
+  // Engagement waits for a sync permit (see MemberDeps.syncLimit), held in a scope of its own: given
+  // back once the caches synced or the sync timed out, or with the member's scope when it stops (the
+  // permit is taken and its release registered in one uninterruptible step).
+  const syncPermit = yield* Scope.fork(yield* Effect.scope)
+  yield* Semaphore.takeScoped(deps.syncLimit, 1).pipe(Scope.provide(syncPermit))
+  const giveSyncPermit = Scope.close(syncPermit, Exit.void)
   const engine = yield* startMemberEngine({
     onWatchFailure,
     cluster: entry.name,
@@ -385,6 +398,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
 
   yield* engine.awaitSynced.pipe(
     Effect.timeout(timings.cacheSyncTimeoutMs),
+    Effect.ensuring(giveSyncPermit),
     Effect.matchEffect({
       onSuccess: () =>
         Effect.sync(() => {

@@ -35,7 +35,7 @@
 // to release it by hand). Narrowing on the same server is released with the Secret's current
 // credentials, so it survives restarts.
 import type { KubeConfig, V1ObjectMeta, V1Secret } from "@kubernetes/client-node"
-import { Clock, Effect, Fiber, FiberMap, type Scope } from "effect"
+import { Clock, Effect, Fiber, FiberMap, type Scope, type Semaphore } from "effect"
 import type { RegistrationSource } from "../api/membercluster.ts"
 import {
   engagedScopesAnnotation,
@@ -93,6 +93,8 @@ export interface RegistrationOptions {
   readonly hubClient: KubeClient
   readonly config: HubConfig
   readonly globalLimit: GlobalLimit
+  /** Members whose caches may be listing at once (see member.ts): engagement is staggered by it. */
+  readonly syncLimit: Semaphore.Semaphore
   readonly members: Map<string, MemberEntry>
   readonly metrics: FleetMetrics
   /** How long a stopping member may drain, asked when it stops (none once the lease is lost). */
@@ -595,6 +597,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             {
               hubClient,
               globalLimit: options.globalLimit,
+              syncLimit: options.syncLimit,
               settings: config,
               metrics,
               drainGraceMs: options.drainGraceMs,

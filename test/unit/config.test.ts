@@ -63,6 +63,7 @@ describe("hub configuration", () => {
       "leader-elect-renew-deadline": "20s",
       "leader-elect-retry-period": "4s",
       "max-concurrent-reconciles": "7",
+      "max-concurrent-syncs": "5",
       "workers-per-member": "3",
       "probe-interval": "1m30s",
       "probe-failure-threshold": "5",
