@@ -4,10 +4,12 @@
 import { type AddressInfo, createServer, type Socket } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
+  apiRequest,
   installFleetcheck,
   type LocalCluster,
   type LocalFleet,
   registerWithSecret,
+  renderKubeconfig,
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
 import { hubLeaseName } from "../../src/api/names.ts"
@@ -274,4 +276,93 @@ describe("hub wiring", () => {
     await hub.stop()
     hubs.pop()
   }, 300_000)
+
+  it("members engage a few at a time: one that cannot sync holds its permit until its sync timeout, and the next waits", async () => {
+    // --max-concurrent-syncs 1 and a member whose API server accepts connections and never answers.
+    // Evidence from m1's own API server: the hub sends m1 no LIST (informers, probe) while the hung
+    // member holds the one permit, and lists m1 once the hung member's cache-sync timeout gave it back.
+    const silent = createServer((socket) => socket.on("error", () => {}))
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r))
+    const secrets = `/api/v1/namespaces/${hubNamespace}/secrets`
+    const labels = (on: boolean) => ({
+      metadata: { labels: { "fleetcheck.io/kubeconfig": on ? "true" : null } },
+    })
+    const mergePatch = (path: string, body: unknown) =>
+      apiRequest(
+        hubCluster.server,
+        hubCluster.caPem,
+        hubCluster.adminToken,
+        "PATCH",
+        path,
+        body,
+        "application/merge-patch+json",
+      )
+    const hungServer = `https://127.0.0.1:${(silent.address() as AddressInfo).port}`
+    const listsOfM1 = async () => {
+      let n = 0
+      for (const line of ((await member.api("GET", "/metrics")).body as string).split("\n")) {
+        if (
+          line.startsWith("apiserver_request_total{") &&
+          line.includes('resource="backupchecks"') &&
+          line.includes('verb="LIST"')
+        )
+          n += Number(line.slice(line.lastIndexOf(" ") + 1))
+      }
+      return n
+    }
+    try {
+      // m1 leaves the registration first, so the hung member is engaged alone.
+      expect((await mergePatch(`${secrets}/m1`, labels(false))).status).toBe(200)
+      expect(
+        (
+          await hubCluster.api("POST", secrets, {
+            apiVersion: "v1",
+            kind: "Secret",
+            metadata: {
+              name: "hung",
+              namespace: hubNamespace,
+              labels: { "fleetcheck.io/kubeconfig": "true" },
+            },
+            data: {
+              kubeconfig: Buffer.from(renderKubeconfig("hung", hungServer, member.caPem, "t0ken")).toString(
+                "base64",
+              ),
+            },
+          })
+        ).status,
+      ).toBe(201)
+      const syncTimeoutMs = 15_000
+      const hub = await startHub(hubCluster, { maxConcurrentSyncs: 1, cacheSyncTimeoutMs: syncTimeoutMs })
+      hubs.push(hub)
+      await waitUntil(
+        "the hung member engaged",
+        20_000,
+        () => hub.members.get("hung")?.engineRunning === true,
+      )
+      const engagedAt = Date.now()
+      // m1's release (its label went) lists m1's checks; wait until it is done.
+      await waitUntil("m1 released", 30_000, async () => {
+        const secret = (await hubCluster.api("GET", `${secrets}/m1`)).body
+        return !(secret?.metadata?.finalizers ?? []).includes("fleetcheck.io/member-cleanup")
+      })
+      await sleep(1_000)
+      const before = await listsOfM1()
+      expect((await mergePatch(`${secrets}/m1`, labels(true))).status).toBe(200)
+      const relabelledAt = Date.now()
+      await sleep(Math.max(0, engagedAt + syncTimeoutMs - 3_000 - Date.now()))
+      expect(await listsOfM1(), "no LIST of m1 while the hung member holds the permit").toBe(before)
+      await waitUntil("m1 listed once the permit is back", 30_000, async () => (await listsOfM1()) > before)
+      const listedAfterMs = Date.now() - relabelledAt
+      process.stderr.write(
+        `max-concurrent-syncs 1: m1 listed ${listedAfterMs} ms after its Secret came back (hung member engaged ${relabelledAt - engagedAt} ms before it, sync timeout ${syncTimeoutMs} ms)\n`,
+      )
+      await hub.stop()
+      hubs.pop()
+    } finally {
+      await mergePatch(`${secrets}/m1`, labels(true))
+      await mergePatch(`${secrets}/hung`, { metadata: { finalizers: null } })
+      await hubCluster.api("DELETE", `${secrets}/hung`)
+      silent.close()
+    }
+  }, 120_000)
 })
