@@ -140,20 +140,25 @@ const makePermits = (perSecond: number, burst: number, maxWaiting: number, now: 
   let tokens = burst
   let refilled = now()
   const waiting: Array<() => void> = []
-  let timer: ReturnType<typeof setTimeout> | undefined
+  let drainScheduled = false
   const refill = () => {
     const t = now()
     tokens = Math.min(burst, tokens + ((t - refilled) / 1000) * perSecond)
     refilled = t
   }
   const drain = () => {
-    timer = undefined
+    drainScheduled = false
     refill()
     while (waiting.length > 0 && tokens >= 1) {
       tokens -= 1
       waiting.shift()!()
     }
-    if (waiting.length > 0) timer = setTimeout(drain, Math.ceil(((1 - tokens) / perSecond) * 1000))
+    if (waiting.length > 0) schedule()
+  }
+  const schedule = () => {
+    if (drainScheduled) return
+    drainScheduled = true
+    setTimeout(drain, Math.ceil(((1 - tokens) / perSecond) * 1000))
   }
   return {
     take: (): Promise<boolean> => {
@@ -165,7 +170,7 @@ const makePermits = (perSecond: number, burst: number, maxWaiting: number, now: 
       if (waiting.length >= maxWaiting) return Promise.resolve(false)
       return new Promise<boolean>((resolve) => {
         waiting.push(() => resolve(true))
-        timer ??= setTimeout(drain, Math.ceil(((1 - tokens) / perSecond) * 1000))
+        schedule()
       })
     },
     waiting: () => waiting.length,

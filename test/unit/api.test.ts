@@ -42,7 +42,6 @@ const sample = (): BackupCheckInput & Record<string, unknown> => ({
   },
 })
 
-// biome-ignore lint/suspicious/noExplicitAny: tests edit deeply nested fixtures in place
 type Mutable = Record<string, any>
 /** The sample with `edit` applied to a deep copy of its spec. */
 const withSpec = (edit: (spec: Mutable) => void) => {
