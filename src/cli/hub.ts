@@ -6,6 +6,7 @@ import { parseArgs } from "node:util"
 import { ProviderFileError } from "../clusterprofile/provider-file.ts"
 import { hubFlagNames, hubHelp, resolveHubConfig } from "../hub/config.ts"
 import { launchHub } from "../hub/launch.ts"
+import { ServingCertError } from "../hub/serving/serving-cert.ts"
 
 export const hubUsage = `Usage: fleetcheck hub [flags]
 
@@ -51,8 +52,9 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
   try {
     hub = await launchHub({ config, processMetrics: true })
   } catch (e) {
-    // A settings file the hub reads at startup (--clusterprofile-provider-file) is a usage error too.
-    if (e instanceof ProviderFileError) {
+    // A file the hub reads at startup (--clusterprofile-provider-file, the serving certificate) that
+    // does not do is a usage error too.
+    if (e instanceof ProviderFileError || e instanceof ServingCertError) {
       process.stderr.write(`fleetcheck hub: ${e.message}\n`)
       return 2
     }

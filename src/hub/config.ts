@@ -97,7 +97,19 @@ export const hubSettings = {
     "secure-serving",
     bool,
     "true",
-    "every route but /healthz and /readyz needs a bearer token, authenticated by a TokenReview and authorized by a SubjectAccessReview (verb get; the path as a non-resource URL, /api/v1/fleet as the resource fleet.fleetcheck.io) at the hub's own API server",
+    "--http-address serves HTTPS, and every route but /healthz and /readyz needs a bearer token, authenticated by a TokenReview and authorized by a SubjectAccessReview (verb get; the path as a non-resource URL, /api/v1/fleet as the resource fleet.fleetcheck.io) at the hub's own API server",
+  ),
+  tlsCertFile: setting(
+    "tls-cert-file",
+    z.string().min(1).max(4096),
+    undefined,
+    "with --secure-serving: the serving certificate (PEM, intermediates after it), reloaded when it changes; unset with --tls-private-key-file: a self-signed one made at start (its SHA-256 fingerprint is logged)",
+  ),
+  tlsPrivateKeyFile: setting(
+    "tls-private-key-file",
+    z.string().min(1).max(4096),
+    undefined,
+    "the private key (PEM) of --tls-cert-file, reloaded with it",
   ),
   dashboardAddress: setting(
     "dashboard-address",
@@ -302,10 +314,23 @@ export const resolveHubConfig = (
     else problems.push(`--${s.flag}: ${parsed.error.issues.map((i) => i.message).join(", ")}`)
   }
   const config = out as HubConfig
-  if (problems.length === 0) problems.push(...leaderElectionProblems(config))
+  if (problems.length === 0) problems.push(...leaderElectionProblems(config), ...servingProblems(config))
   if (problems.length > 0)
     throw new HubConfigError({ message: `invalid hub settings: ${problems.join("; ")}` })
   return config
+}
+
+/** The certificate files come as a pair, and only where they are served: with secure serving. */
+const servingProblems = (c: HubConfig): string[] => {
+  if ((c.tlsCertFile === undefined) !== (c.tlsPrivateKeyFile === undefined))
+    return [
+      "--tls-cert-file and --tls-private-key-file go together: give both, or neither for a self-signed certificate",
+    ]
+  if (c.tlsCertFile !== undefined && !c.secureServing)
+    return [
+      "--tls-cert-file is served only with --secure-serving true (without it the hub serves plain HTTP)",
+    ]
+  return []
 }
 
 /** client-go's constraints: leaseDuration > renewDeadline > 1.2 × retryPeriod. */

@@ -19,6 +19,7 @@
 // user's own RBAC (services/proxy) decides, and the network must admit only the API server.
 import { randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https"
 import { type ConditionStatus, conditionStatuses } from "../api/condition.ts"
 import type { FleetCheckView } from "../api/fleet.ts"
 import { parseSince } from "../api/report.ts"
@@ -41,6 +42,7 @@ import {
   type MemberEntry,
   parseLabelSelector,
 } from "./fleet-state.ts"
+import { handshakeTimeoutMs, type ServingPair, tlsServerOptions } from "./serving/serving-cert.ts"
 
 /** Whether this hub's view is the fleet's, and if not, why. */
 export type Availability =
@@ -65,6 +67,8 @@ export interface HubHttpOptions {
   readonly access: AccessReview | undefined
   /** `all` routes, or the dashboard's only (its own listener, for the API server's service proxy). */
   readonly serves: "all" | "dashboard"
+  /** Serve HTTPS with this certificate and key (secure serving); undefined: plain HTTP. */
+  readonly tls: ServingPair | undefined
 }
 
 /** The policy every answer carries: no script, no plugin, no frame, only the dashboard's stylesheet. */
@@ -394,16 +398,28 @@ const handle = async (
   }
 }
 
-/** Starts listening; resolves with the server and the port actually bound (port 0 picks a free one). */
-export const startHubHttp = (options: HubHttpOptions): Promise<{ server: Server; port: number }> =>
+/**
+ * Starts listening (HTTPS when `tls` is given; its certificate can be replaced on the running server
+ * with setSecureContext); resolves with the server and the port actually bound (port 0 picks a free one).
+ */
+export const startHubHttp = (
+  options: HubHttpOptions,
+): Promise<{ server: Server | HttpsServer; port: number }> =>
   new Promise((resolve, reject) => {
     const snapshots = makeSnapshots()
-    const server = createServer((req, res) => {
+    const listener = (req: IncomingMessage, res: ServerResponse) => {
       handle(options, snapshots, req, res).catch((e: unknown) => {
         if (!res.headersSent)
           send(res, 500, contentTypes.text, `internal error: ${e instanceof Error ? e.message : String(e)}\n`)
       })
-    })
+    }
+    // HTTP/1.1 only (node's https server does not speak HTTP/2), as controller-runtime turns HTTP/2 off.
+    const server = options.tls
+      ? createHttpsServer(
+          { ...tlsServerOptions(options.tls), handshakeTimeout: handshakeTimeoutMs },
+          listener,
+        )
+      : createServer(listener)
     server.once("error", reject)
     server.listen(options.port, options.host, () => {
       const addr = server.address()

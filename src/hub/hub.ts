@@ -25,6 +25,7 @@ import { type Availability, startHubHttp } from "./http.ts"
 import { makeLeaderElector } from "./leader-election.ts"
 import { runPlacement } from "./placement/controller.ts"
 import { runRegistration } from "./registration.ts"
+import { type ServingCert, tlsServerOptions, watchServingFiles } from "./serving/serving-cert.ts"
 
 export interface HubOptions {
   readonly config: HubConfig
@@ -34,6 +35,8 @@ export interface HubOptions {
   readonly metrics: FleetMetrics
   /** From --clusterprofile-provider-file, read at startup; undefined: ClusterProfiles are not read. */
   readonly accessProviders: AccessProviders | undefined
+  /** Secure serving's certificate, read or made at startup; undefined: plain HTTP (no secure serving). */
+  readonly servingCert: ServingCert | undefined
 }
 
 export interface HubHandle {
@@ -110,6 +113,9 @@ export const runHub = Effect.fnUntraced(function* (
     : undefined
   const listen = (address: HubConfig["httpAddress"], serves: "all" | "dashboard") =>
     Effect.gen(function* () {
+      // TLS where the tokens travel: the guarded listener. The dashboard's own listener carries none
+      // (the API server's proxy connects to it), so it stays plain HTTP.
+      const servingCert = serves === "all" ? options.servingCert : undefined
       const { server, port } = yield* Effect.promise(() =>
         startHubHttp({
           host: address.host,
@@ -124,6 +130,7 @@ export const runHub = Effect.fnUntraced(function* (
           // The dashboard's own listener is for the API server's service proxy, which carries no token.
           access: serves === "all" ? access : undefined,
           serves,
+          tls: servingCert?.pair,
         }),
       )
       yield* Effect.addFinalizer(() =>
@@ -134,8 +141,20 @@ export const runHub = Effect.fnUntraced(function* (
           address: `${address.host}:${port}`,
           identity,
           ...(serves === "all" ? { secureServing: config.secureServing } : {}),
+          scheme: servingCert ? "https" : "http",
+          ...(servingCert
+            ? {
+                certificate: servingCert.source,
+                certificateSha256: servingCert.fingerprint,
+                certificateNotAfter: servingCert.notAfter,
+              }
+            : {}),
         }),
       )
+      if (servingCert?.source === "files" && "setSecureContext" in server)
+        yield* reloadOnChange(config, servingCert, (next) =>
+          server.setSecureContext(tlsServerOptions(next.pair)),
+        )
       return port
     })
   const port = yield* listen(config.httpAddress, "all")
@@ -208,6 +227,58 @@ export const runHub = Effect.fnUntraced(function* (
     yield* Effect.forkScoped(elector.run(leaderWork))
   }
   return { identity, members, fleetChecks, isLeader: () => leading, port, dashboardPort }
+})
+
+/**
+ * Watches the certificate files for the life of the hub's scope: a good new pair is served to new
+ * connections (logged with its fingerprint), a bad one refused with an error log and the old one kept.
+ */
+const reloadOnChange = Effect.fnUntraced(function* (
+  config: HubConfig,
+  initial: ServingCert,
+  apply: (next: ServingCert) => void,
+) {
+  const services = yield* Effect.context<never>()
+  const log = (effect: Effect.Effect<void>) =>
+    Effect.runFork(
+      effect.pipe(
+        Effect.annotateLogs({ certFile: config.tlsCertFile, keyFile: config.tlsPrivateKeyFile }),
+        Effect.provideContext(services),
+      ),
+    )
+  yield* Effect.acquireRelease(
+    Effect.sync(() =>
+      watchServingFiles({
+        certFile: config.tlsCertFile!,
+        keyFile: config.tlsPrivateKeyFile!,
+        initial,
+        apply: (next) => {
+          apply(next)
+          log(
+            Effect.logInfo("serving certificate reloaded").pipe(
+              Effect.annotateLogs({
+                certificateSha256: next.fingerprint,
+                certificateNotAfter: next.notAfter,
+              }),
+            ),
+          )
+        },
+        refused: (error) =>
+          log(
+            Effect.logError("serving certificate refused; the previous one is still served").pipe(
+              Effect.annotateLogs({ error }),
+            ),
+          ),
+        watchFailed: (error) =>
+          log(
+            Effect.logWarning("cannot watch the serving certificate's directory; polling it only").pipe(
+              Effect.annotateLogs({ error }),
+            ),
+          ),
+      }),
+    ),
+    (w) => Effect.sync(() => w.close()),
+  )
 })
 
 /** Access review through the hub's own client; a review the API server did not answer is logged here. */

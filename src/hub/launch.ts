@@ -12,6 +12,12 @@ import { VerdictLogLive, type VerdictLogOptions } from "../observability/verdict
 import type { HubConfig } from "./config.ts"
 import { type HubHandle, runHub } from "./hub.ts"
 import { makeLeaderIdentity } from "./leader-election.ts"
+import {
+  loadServingFiles,
+  type ServingCert,
+  ServingCertError,
+  selfSignedServingCert,
+} from "./serving/serving-cert.ts"
 
 export interface LaunchOptions {
   readonly config: HubConfig
@@ -46,6 +52,23 @@ const hubKubeConfig = (config: HubConfig): KubeConfig => {
   return kc
 }
 
+/**
+ * Secure serving's certificate, before anything starts: the files' pair, checked (a missing, unreadable
+ * or mismatched file stops the hub with a clear message), or a self-signed one when no files are named.
+ */
+export const readServingCert = (config: HubConfig): ServingCert | undefined => {
+  if (!config.secureServing) {
+    if (config.tlsCertFile !== undefined || config.tlsPrivateKeyFile !== undefined)
+      throw new ServingCertError({ message: "--tls-cert-file is served only with --secure-serving true" })
+    return undefined
+  }
+  if (config.tlsCertFile !== undefined && config.tlsPrivateKeyFile !== undefined)
+    return loadServingFiles(config.tlsCertFile, config.tlsPrivateKeyFile)
+  if (config.tlsCertFile !== undefined || config.tlsPrivateKeyFile !== undefined)
+    throw new ServingCertError({ message: "--tls-cert-file and --tls-private-key-file go together" })
+  return selfSignedServingCert(config.httpAddress.host)
+}
+
 export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> => {
   const { config } = options
   const metrics =
@@ -63,6 +86,7 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
   const accessProviders = config.clusterprofileProviderFile
     ? readProviderFile(config.clusterprofileProviderFile)
     : undefined
+  const servingCert = readServingCert(config)
   const scope = Effect.runSync(Scope.make())
   const close = () => Effect.runPromise(Scope.close(scope, Exit.void).pipe(Effect.provide(logging)))
   try {
@@ -84,14 +108,15 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
         identity: options.identity ?? makeLeaderIdentity(),
         metrics,
         accessProviders,
+        servingCert,
       }).pipe(Scope.provide(scope), Effect.provide(services)),
     )
-    const urlOf = (host: string, port: number) =>
-      `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${port}`
+    const urlOf = (host: string, port: number, scheme = "http") =>
+      `${scheme}://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${port}`
     let stopped: Promise<void> | undefined
     return {
       ...hub,
-      url: urlOf(config.httpAddress.host, hub.port),
+      url: urlOf(config.httpAddress.host, hub.port, servingCert ? "https" : "http"),
       dashboardUrl:
         config.dashboardAddress && hub.dashboardPort !== undefined
           ? urlOf(config.dashboardAddress.host, hub.dashboardPort)

@@ -58,6 +58,7 @@ const { server, port } = await startHubHttp({
   identity: "bench",
   access: undefined,
   serves: "all",
+  tls: undefined,
 })
 const base = `http://127.0.0.1:${port}`
 

@@ -108,6 +108,7 @@ describe("dashboard layout in a real browser", () => {
       identity: "hub-layout",
       access: undefined,
       serves: "all",
+      tls: undefined,
       config: { dashboardPageSize: 100, traceUrlTemplate: "https://tempo.example/trace/{traceID}" },
     })
     hub = s.server

@@ -71,6 +71,7 @@ const start = async (
     identity: "hub-test",
     access: undefined,
     serves: "all",
+    tls: undefined,
     config,
   })
 
@@ -446,6 +447,7 @@ describe("secure serving", () => {
       availability: () => availability,
       identity: "hub-secure",
       config: defaultHubConfig,
+      tls: undefined,
     }
     const a = await startHubHttp({ ...common, access, serves: "all" })
     const b = await startHubHttp({ ...common, access: undefined, serves: "dashboard" })

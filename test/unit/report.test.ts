@@ -195,6 +195,7 @@ describe("/api/v1/report and fleetcheck report", () => {
       identity: "hub-test",
       access: undefined,
       serves: "all",
+      tls: undefined,
     })
     server = s.server
     hub = `http://127.0.0.1:${s.port}`

@@ -41,6 +41,7 @@ beforeAll(async () => {
     identity: "hub-test",
     access: undefined,
     serves: "all",
+    tls: undefined,
   })
   server = s.server
   server.prependListener("request", (req) => {
@@ -212,6 +213,7 @@ describe("fleetcheck status against a hub with secure serving", () => {
         authorize: async (u) => u.username === "user-reader",
       }),
       serves: "all",
+      tls: undefined,
     })
     secure = s.server
     secure.prependListener("request", (req) => seen.push(req.headers.authorization))
