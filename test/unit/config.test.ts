@@ -56,7 +56,9 @@ describe("hub configuration", () => {
       kubeconfig: "/tmp/hub.kubeconfig",
       namespace: "hub-ns",
       "http-address": "[::1]:9090",
-      "secure-serving": "false",
+      "secure-serving": "true",
+      "tls-cert-file": "/etc/fleetcheck/tls/tls.crt",
+      "tls-private-key-file": "/etc/fleetcheck/tls/tls.key",
       "dashboard-address": "0.0.0.0:8081",
       "leader-elect": "false",
       "leader-elect-lease-duration": "30s",
@@ -101,10 +103,32 @@ describe("hub configuration", () => {
     assert.notDeepEqual(byFlag, defaultHubConfig)
     assert.strictEqual(byFlag.probeIntervalMs, 90_000)
     assert.deepStrictEqual(byFlag.httpAddress, { host: "::1", port: 9090 })
-    assert.strictEqual(byFlag.secureServing, false)
+    assert.strictEqual(byFlag.secureServing, true)
+    assert.strictEqual(byFlag.tlsCertFile, "/etc/fleetcheck/tls/tls.crt")
+    assert.strictEqual(byFlag.tlsPrivateKeyFile, "/etc/fleetcheck/tls/tls.key")
     assert.deepStrictEqual(byFlag.dashboardAddress, { host: "0.0.0.0", port: 8081 })
     const both = parseHubFlags(["--workers-per-member", "9"], { FLEETCHECK_WORKERS_PER_MEMBER: "2" })
     assert.strictEqual(both.workersPerMember, 9)
+  })
+
+  it("serving certificate files: both or neither, and only with secure serving", () => {
+    assert.strictEqual(defaultHubConfig.tlsCertFile, undefined)
+    assert.strictEqual(defaultHubConfig.tlsPrivateKeyFile, undefined)
+    const files = { "tls-cert-file": "/tls/tls.crt", "tls-private-key-file": "/tls/tls.key" }
+    assert.strictEqual(resolveHubConfig(files, {}).tlsCertFile, "/tls/tls.crt")
+    throwsConfigError(
+      () => resolveHubConfig({ "tls-cert-file": "/tls/tls.crt" }, {}),
+      /--tls-cert-file and --tls-private-key-file go together/,
+    )
+    throwsConfigError(
+      () => resolveHubConfig({}, { FLEETCHECK_TLS_PRIVATE_KEY_FILE: "/tls/tls.key" }),
+      /go together/,
+    )
+    throwsConfigError(
+      () => resolveHubConfig({ ...files, "secure-serving": "false" }, {}),
+      /--tls-cert-file is served only with --secure-serving true/,
+    )
+    throwsConfigError(() => resolveHubConfig({ "tls-cert-file": "" }, {}), /--tls-cert-file/)
   })
 
   it("label selectors: empty, existence, equality and set requirements; anything else refused", () => {
