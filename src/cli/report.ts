@@ -4,15 +4,18 @@
 import { parseArgs } from "node:util"
 import { type Report, ReportSchema } from "../api/report.ts"
 import { formatDuration } from "../api/syntax.ts"
-import { kubeconfigCredentials, refusalMessage, terminalSafe } from "./status.ts"
+import { hubConnection, hubConnectionOptions, hubConnectionUsage, hubGet } from "./hub-request.ts"
+import { credentialsFor, refusalMessage, terminalSafe } from "./status.ts"
 
-export const reportUsage = `Usage: fleetcheck report --since D [--hub URL] [--kubeconfig F] [--context C] [--cluster NAME] [--format md|csv|json]
+export const reportUsage = `Usage: fleetcheck report --since D [--hub URL] [--hub-ca-file F] [--kubeconfig F] [--context C] [--cluster NAME] [--format md|csv|json]
 
 Audit evidence for a period, from the hub's /api/v1/report: every BackupCheck's runs (from its
 status.history), pass rate, restore durations against spec.objectives.maxRestoreDuration, last
 success, staleness and the longest gap without a successful verification.
   --since D        start of the period: days (30d), a Go duration (72h) or an RFC 3339 time
-  --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080)
+  --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080); a hub with
+                   --secure-serving is https://
+${hubConnectionUsage}
   --kubeconfig F   whose bearer token to send to a hub with --secure-serving (as fleetcheck status)
   --context NAME   the kubeconfig context to use (default its current context)
   --cluster NAME   one member only
@@ -102,6 +105,7 @@ export const runReport = async (args: ReadonlyArray<string>): Promise<number> =>
         args: [...args],
         options: {
           hub: { type: "string", default: process.env.FLEETCHECK_HUB_URL ?? "http://127.0.0.1:8080" },
+          ...hubConnectionOptions,
           since: { type: "string" },
           kubeconfig: { type: "string" },
           context: { type: "string" },
@@ -129,16 +133,16 @@ export const runReport = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck report: cannot read ${url.href}: ${terminalSafe(why)}\n`)
     return 3
   }
-  const credentials = await kubeconfigCredentials(values.kubeconfig, values.context)
+  const connection = hubConnection(url, {
+    ...values,
+    "hub-ca-file": values["hub-ca-file"] ?? process.env.FLEETCHECK_HUB_CA_FILE,
+  })
+  if ("error" in connection) return usageError(connection.error)
+  const credentials = await credentialsFor(url, connection, values.kubeconfig, values.context)
   if ("error" in credentials) return cannotRead(credentials.error)
-  const answer = await fetch(url, {
-    signal: AbortSignal.timeout(30_000),
-    ...(credentials.authorization ? { headers: { authorization: credentials.authorization } } : {}),
-  }).then(
-    async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
-    (e: unknown) => (e instanceof Error ? e.message : String(e)),
-  )
-  if (typeof answer === "string") return cannotRead(answer)
+  const got = await hubGet(url, connection, credentials.authorization, 30_000)
+  if ("error" in got) return cannotRead(got.error)
+  const answer = { ...got, ok: got.status >= 200 && got.status < 300 }
   let json: unknown
   try {
     json = JSON.parse(answer.text)

@@ -4,16 +4,27 @@
 //
 // A hub with secure serving wants a bearer token its API server accepts: status sends the one the
 // user's kubeconfig gives (a token, or what an exec or auth-provider plugin returns, through
-// client-node's KubeConfig), as kubectl would to the API server, and explains a 401 or 403.
+// client-node's KubeConfig), as kubectl would to the API server, and explains a 401 or 403. Over
+// https the hub's certificate is verified first (hub-request.ts), so the token goes to the hub only.
 import type { RequestOptions } from "node:https"
 import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
 import { type FleetView, FleetViewSchema, isFleetHealthy } from "../api/fleet.ts"
+import {
+  type HubConnection,
+  hubConnection,
+  hubConnectionOptions,
+  hubConnectionUsage,
+  hubGet,
+  withheldReason,
+} from "./hub-request.ts"
 
-export const statusUsage = `Usage: fleetcheck status [--hub URL] [--kubeconfig FILE] [--context NAME] [--cluster NAME] [--failing] [--limit N] [-o table|json]
+export const statusUsage = `Usage: fleetcheck status [--hub URL] [--hub-ca-file F] [--kubeconfig FILE] [--context NAME] [--cluster NAME] [--failing] [--limit N] [-o table|json]
 
 The fleet at a glance, read from the hub's /api/v1/fleet, page after page.
-  --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080)
+  --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080); a hub with
+                   --secure-serving is https://
+${hubConnectionUsage}
   --kubeconfig F   whose bearer token to send (default $KUBECONFIG, ~/.kube/config, in-cluster);
                    a hub with --secure-serving asks its API server who that is and whether they may
                    get /api/v1/fleet. The token goes to --hub: point it at your own hub only.
@@ -123,12 +134,14 @@ type Answer = { readonly view: FleetView; readonly raw: Record<string, unknown> 
 export interface Credentials {
   readonly authorization: string | undefined
   readonly who: string
+  /** Why no token is sent at all (plain http to another host), when that is the reason. */
+  readonly withheld?: string
 }
 
 /**
  * The bearer token the kubeconfig gives for its (or the named) context. Without an explicit file a
  * missing kubeconfig is no error: a hub without secure serving needs none. Client certificates are not
- * sent (the hub serves plain HTTP); such a user is named in the 401 message.
+ * sent (the hub reviews bearer tokens only); such a user is named in the 401 message.
  */
 export const kubeconfigCredentials = async (
   file: string | undefined,
@@ -174,6 +187,17 @@ export const kubeconfigCredentials = async (
   }
 }
 
+/** The kubeconfig's token when it may travel to `url`; none, and why, when it may not. */
+export const credentialsFor = async (
+  url: URL,
+  connection: HubConnection,
+  kubeconfig: string | undefined,
+  context: string | undefined,
+): Promise<Credentials | { readonly error: string }> =>
+  connection.sendsToken
+    ? kubeconfigCredentials(kubeconfig, context)
+    : { authorization: undefined, who: "no one", withheld: withheldReason(url) }
+
 /** What a 401 or 403 from the hub means for this caller, and what to do about it. */
 export const refusalMessage = (
   status: 401 | 403,
@@ -182,20 +206,17 @@ export const refusalMessage = (
   resource: "fleet" | "report" = "fleet",
 ): string =>
   status === 401
-    ? credentials.authorization === undefined
-      ? `the hub wants a bearer token (401: ${hubMessage}); ${credentials.who} has none: use a context with a token or an exec plugin, or --kubeconfig`
-      : `the hub's API server did not accept the token of ${credentials.who} (401: ${hubMessage}); is it expired, or for another cluster than the hub's?`
+    ? credentials.withheld !== undefined
+      ? `the hub wants a bearer token (401: ${hubMessage}); ${credentials.withheld}`
+      : credentials.authorization === undefined
+        ? `the hub wants a bearer token (401: ${hubMessage}); ${credentials.who} has none: use a context with a token or an exec plugin, or --kubeconfig`
+        : `the hub's API server did not accept the token of ${credentials.who} (401: ${hubMessage}); is it expired, or for another cluster than the hub's?`
     : `${credentials.who} may not read the ${resource} (403: ${hubMessage}); bind it the ClusterRole fleetcheck-fleet-reader (get on ${resource} in the fleetcheck.io API group) in the hub's cluster (deploy/hub/access-roles.yaml)`
 
-const readPage = async (url: URL, credentials: Credentials): Promise<Answer> => {
-  const answer = await fetch(url, {
-    signal: AbortSignal.timeout(10_000),
-    ...(credentials.authorization ? { headers: { authorization: credentials.authorization } } : {}),
-  }).then(
-    async (res) => ({ status: res.status, ok: res.ok, text: await res.text() }),
-    (e: unknown) => (e instanceof Error ? e.message : String(e)),
-  )
-  if (typeof answer === "string") return { error: answer }
+const readPage = async (url: URL, connection: HubConnection, credentials: Credentials): Promise<Answer> => {
+  const got = await hubGet(url, connection, credentials.authorization, 10_000)
+  if ("error" in got) return got
+  const answer = { ...got, ok: got.status >= 200 && got.status < 300 }
   const json = (() => {
     try {
       return { value: JSON.parse(answer.text) as unknown }
@@ -228,6 +249,7 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     args: [...args],
     options: {
       hub: { type: "string", default: process.env.FLEETCHECK_HUB_URL ?? "http://127.0.0.1:8080" },
+      ...hubConnectionOptions,
       kubeconfig: { type: "string" },
       context: { type: "string" },
       cluster: { type: "string" },
@@ -255,10 +277,18 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck status: cannot read ${url.href}: ${terminalSafe(why)}\n`)
     return 3
   }
-  const credentials = await kubeconfigCredentials(values.kubeconfig, values.context)
+  const connection = hubConnection(url, {
+    ...values,
+    "hub-ca-file": values["hub-ca-file"] ?? process.env.FLEETCHECK_HUB_CA_FILE,
+  })
+  if ("error" in connection) {
+    process.stderr.write(`fleetcheck status: ${connection.error}\n\n${statusUsage}`)
+    return 2
+  }
+  const credentials = await credentialsFor(url, connection, values.kubeconfig, values.context)
   if ("error" in credentials) return cannotRead(credentials.error)
   // Every page, concatenated: the first page's totals and header, every page's clusters and checks.
-  const first = await readPage(url, credentials)
+  const first = await readPage(url, connection, credentials)
   if ("error" in first) return cannotRead(first.error)
   const clusters = [...first.view.clusters]
   const checks = [...first.view.checks]
@@ -270,7 +300,7 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     tokens.add(token)
     const next = new URL(url)
     next.searchParams.set("continue", token)
-    const page = await readPage(next, credentials)
+    const page = await readPage(next, connection, credentials)
     if ("error" in page) return cannotRead(`page ${tokens.size + 1}: ${page.error}`)
     clusters.push(...page.view.clusters)
     checks.push(...page.view.checks)

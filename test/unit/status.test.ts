@@ -6,10 +6,12 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
 import type { FleetCheckView, FleetView } from "../../src/api/fleet.ts"
-import { renderStatus, runStatus } from "../../src/cli/status.ts"
+import { hubConnection } from "../../src/cli/hub-request.ts"
+import { credentialsFor, refusalMessage, renderStatus, runStatus } from "../../src/cli/status.ts"
 import { makeAccessReview } from "../../src/hub/access-review.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { type Availability, startHubHttp } from "../../src/hub/http.ts"
+import { selfSignedServingPair } from "../../src/hub/serving/self-signed.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
 import { fleetCheckView, healthyMember, membersMap } from "../support/fleet-members.ts"
 
@@ -177,11 +179,21 @@ describe("status with objectives", () => {
 
 describe("fleetcheck status against a hub with secure serving", () => {
   // The hub's review is in memory here ("reader" may read, "nobody" may not; the API-server-backed
-  // review is proven in test/integration/deploy.test.ts). What is under test: which token status sends.
+  // review is proven in test/integration/deploy.test.ts). What is under test: which token status sends,
+  // and that it sends it only to a hub whose certificate it verified. The hub serves HTTPS with a
+  // self-signed certificate for localhost and 127.0.0.1; --hub-ca-file trusts it.
   const seen: Array<string | undefined> = []
   let secure: Server | undefined
   let secureHub = ""
+  let securePort = 0
   const dir = mkdtempSync(join(tmpdir(), "status-kubeconfig-"))
+  const pair = selfSignedServingPair(["localhost", "127.0.0.1"])
+  const caFile = join(dir, "hub-ca.crt")
+  writeFileSync(caFile, pair.cert)
+  const otherCaFile = join(dir, "other-ca.crt")
+  writeFileSync(otherCaFile, selfSignedServingPair(["localhost", "127.0.0.1"]).cert)
+  /** status against the TLS hub, trusting its certificate. */
+  const runTls = (args: string[]) => run(["--hub", secureHub, "--hub-ca-file", caFile, ...args])
   const kubeconfig = (name: string, user: Record<string, unknown>) => {
     const file = join(dir, `${name}.kubeconfig`)
     writeFileSync(
@@ -213,11 +225,12 @@ describe("fleetcheck status against a hub with secure serving", () => {
         authorize: async (u) => u.username === "user-reader",
       }),
       serves: "all",
-      tls: undefined,
+      tls: pair,
     })
-    secure = s.server
+    secure = s.server as Server
     secure.prependListener("request", (req) => seen.push(req.headers.authorization))
-    secureHub = `http://127.0.0.1:${s.port}`
+    securePort = s.port
+    secureHub = `https://127.0.0.1:${s.port}`
   })
   afterAll(async () => {
     await new Promise((r) => secure?.close(r))
@@ -226,14 +239,7 @@ describe("fleetcheck status against a hub with secure serving", () => {
 
   it("sends the kubeconfig's bearer token on every page", async () => {
     seen.length = 0
-    const r = await run([
-      "--hub",
-      secureHub,
-      "--limit",
-      "5",
-      "--kubeconfig",
-      kubeconfig("t", { token: "reader" }),
-    ])
+    const r = await runTls(["--limit", "5", "--kubeconfig", kubeconfig("t", { token: "reader" })])
     assert.strictEqual(r.code, 0, r.err)
     assert.strictEqual(seen.length, 3)
     assert.deepStrictEqual(new Set(seen), new Set(["Bearer reader"]))
@@ -253,26 +259,100 @@ describe("fleetcheck status against a hub with secure serving", () => {
         interactiveMode: "Never",
       },
     })
-    const r = await run(["--hub", secureHub, "--kubeconfig", file])
+    const r = await runTls(["--kubeconfig", file])
     assert.strictEqual(r.code, 0, r.err)
   })
 
   it("explains 401 without a token or with a rejected one, and 403, with exit 3", async () => {
-    const none = await run(["--hub", secureHub, "--kubeconfig", kubeconfig("none", {})])
+    const none = await runTls(["--kubeconfig", kubeconfig("none", {})])
     assert.strictEqual(none.code, 3)
     assert.match(none.err, /wants a bearer token .*kubeconfig user "none" \(context "hub"\) has none/)
-    const bad = await run(["--hub", secureHub, "--kubeconfig", kubeconfig("bad", { token: "stolen" })])
+    const bad = await runTls(["--kubeconfig", kubeconfig("bad", { token: "stolen" })])
     assert.strictEqual(bad.code, 3)
     assert.match(bad.err, /did not accept the token of kubeconfig user "bad".*401/)
-    const denied = await run(["--hub", secureHub, "--kubeconfig", kubeconfig("nobody", { token: "nobody" })])
+    const denied = await runTls(["--kubeconfig", kubeconfig("nobody", { token: "nobody" })])
     assert.strictEqual(denied.code, 3)
     assert.match(
       denied.err,
       /kubeconfig user "nobody" .*may not read the fleet \(403: .*user-nobody.*fleetcheck-fleet-reader/,
     )
     assert.strictEqual(denied.out, "")
-    const missing = await run(["--hub", secureHub, "--kubeconfig", join(dir, "absent")])
+    const missing = await runTls(["--kubeconfig", join(dir, "absent")])
     assert.strictEqual(missing.code, 3)
     assert.match(missing.err, /cannot read the kubeconfig/)
+  })
+
+  it("verifies the hub's certificate: the right CA reads, a wrong CA, a wrong name or none is refused before any token goes", async () => {
+    const token = kubeconfig("v", { token: "reader" })
+    seen.length = 0
+    const wrongCa = await run(["--hub", secureHub, "--hub-ca-file", otherCaFile, "--kubeconfig", token])
+    assert.strictEqual(wrongCa.code, 3)
+    assert.match(
+      wrongCa.err,
+      /the hub's certificate is not signed by the CA in --hub-ca-file \(DEPTH_ZERO_SELF_SIGNED_CERT: .*\); give the CA that issued it with --hub-ca-file/,
+    )
+    const noCa = await run(["--hub", secureHub, "--kubeconfig", token])
+    assert.strictEqual(noCa.code, 3)
+    assert.match(noCa.err, /not signed by a CA this machine trusts/)
+    const wrongName = await runTls([
+      "--tls-server-name",
+      "fleetcheck-hub.fleetcheck-system.svc",
+      "--kubeconfig",
+      token,
+    ])
+    assert.strictEqual(wrongName.code, 3)
+    assert.match(wrongName.err, /not for fleetcheck-hub\.fleetcheck-system\.svc .*--tls-server-name/)
+    assert.deepStrictEqual(seen, [], "no request reached the hub, so no token left")
+    // The certificate's own name through another address (a port-forward) is accepted with --tls-server-name.
+    assert.strictEqual((await runTls(["--tls-server-name", "localhost", "--kubeconfig", token])).code, 0)
+    // Skipping verification is a flag of its own, and excludes a CA.
+    assert.strictEqual(
+      (await run(["--hub", secureHub, "--insecure-skip-tls-verify", "--kubeconfig", token])).code,
+      0,
+    )
+    const both = await run(["--hub", secureHub, "--insecure-skip-tls-verify", "--hub-ca-file", caFile])
+    assert.strictEqual(both.code, 2)
+    assert.match(both.err, /exclude each other/)
+    const badCa = await run(["--hub", secureHub, "--hub-ca-file", token])
+    assert.strictEqual(badCa.code, 2)
+    assert.match(badCa.err, /--hub-ca-file .*status-kubeconfig-.*v\.kubeconfig: /)
+    // Plain http:// to the TLS port: no answer, and the message says the hub speaks https.
+    const plain = await run(["--hub", `http://127.0.0.1:${securePort}`, "--kubeconfig", token])
+    assert.strictEqual(plain.code, 3)
+    assert.match(plain.err, /a hub with --secure-serving speaks https:\/\//)
+    const caOverHttp = await run(["--hub", `http://127.0.0.1:${securePort}`, "--hub-ca-file", caFile])
+    assert.strictEqual(caOverHttp.code, 2)
+  })
+
+  it("a token goes over https, or plain http to this machine only; elsewhere it is kept back and the 401 says why", async () => {
+    const sends = (u: string) => {
+      const c = hubConnection(new URL(u), {})
+      return "error" in c ? c.error : c.sendsToken
+    }
+    for (const u of [
+      "https://hub.example:8080",
+      "http://127.0.0.1:8080",
+      "http://127.9.9.9",
+      "http://[::1]:8080",
+      "http://localhost:8080",
+    ])
+      assert.strictEqual(sends(u), true, u)
+    for (const u of [
+      "http://10.0.0.7:8080",
+      "http://fleetcheck-hub.fleetcheck-system.svc:8080",
+      "http://[fd00::1]:8080",
+    ])
+      assert.strictEqual(sends(u), false, u)
+    assert.match(String(sends("ftp://hub:21")), /http:\/\/ or https:\/\//)
+    const url = new URL("http://10.0.0.7:8080/api/v1/fleet")
+    const connection = hubConnection(url, {})
+    if ("error" in connection) throw new Error(connection.error)
+    const credentials = await credentialsFor(url, connection, kubeconfig("w", { token: "reader" }), undefined)
+    if ("error" in credentials) throw new Error(credentials.error)
+    assert.strictEqual(credentials.authorization, undefined)
+    assert.match(
+      refusalMessage(401, "a bearer token is required", credentials),
+      /wants a bearer token \(401: a bearer token is required\); it is not sent over plain http:\/\/ to 10\.0\.0\.7:8080, a host other than this machine: use https:\/\//,
+    )
   })
 })
