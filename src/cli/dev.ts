@@ -105,7 +105,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
         `  fleet API   ${url}/api/v1/fleet`,
         `  metrics     ${url}/metrics`,
         `  status      bin/fleetcheck status --hub ${url}`,
-        "  access      open here (loopback); deploy/ turns on --secure-serving (docs/deploy.md §2a)",
+        "  access      open, plain HTTP here (loopback); deploy/ turns on --secure-serving: HTTPS and tokens (docs/deploy.md §2a, §2b)",
         ...fleet.clusters.map((c) => `  ${c.name.padEnd(10)}  KUBECONFIG=${c.kubeconfigPath}`),
         `  kubectl     ${fleet.binDir}/kubectl`,
         "",

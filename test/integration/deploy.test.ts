@@ -6,12 +6,16 @@
 // Secure serving is proven here too, with deploy/'s RBAC: tokens minted by TokenRequest for
 // ServiceAccounts with and without the example roles, against the hub directly and through the API
 // server's service proxy (which refuses loopback endpoints, so that hub listens on this machine's
-// non-loopback address).
+// non-loopback address). The guarded listener serves TLS: a certificate from files, rotated while it
+// runs, and `fleetcheck status` verifying it.
 import { spawn } from "node:child_process"
+import { X509Certificate } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { get as httpGet } from "node:http"
 import { request as httpsRequest } from "node:https"
 import { homedir, networkInterfaces, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
+import type { TLSSocket } from "node:tls"
 import { KubeConfig } from "@kubernetes/client-node"
 import { Logger, References } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -23,9 +27,11 @@ import {
   renderKubeconfig,
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
+import { runStatus } from "../../src/cli/status.ts"
 import { maxWaitingReviews, reviewBurst, reviewsPerSecond } from "../../src/hub/access-review.ts"
 import { contentSecurityPolicy } from "../../src/hub/http.ts"
 import { launchHub } from "../../src/hub/launch.ts"
+import { selfSignedServingPair } from "../../src/hub/serving/self-signed.ts"
 import { buildStages, collect, parseDockerfile, runToEnd, tryJson } from "../support/dockerfile.ts"
 import { fastConfig } from "../support/hub.ts"
 import { waitUntil } from "../support/wait.ts"
@@ -149,6 +155,57 @@ const getAs = (cluster: LocalCluster, token: string | undefined, path: string): 
     req.once("error", reject)
     req.end()
   })
+
+/**
+ * GET from a hub serving TLS, on a new connection, trusting `ca` only (or nothing, as the kubelet's
+ * probes: `ca` undefined); the answer and the certificate the hub showed.
+ */
+const getTls = (
+  url: string,
+  ca: string | undefined,
+  token?: string,
+): Promise<Fetched & { readonly fingerprint: string }> =>
+  new Promise((resolve, reject) => {
+    const req = httpsRequest(
+      url,
+      {
+        agent: false,
+        ...(ca ? { ca } : { rejectUnauthorized: false }),
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+        timeout: 10_000,
+      },
+      (res) => {
+        const fingerprint = (res.socket as TLSSocket).getPeerCertificate().fingerprint256
+        let text = ""
+        res.setEncoding("utf8")
+        res.on("data", (c: string) => {
+          text += c
+        })
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text, fingerprint }))
+      },
+    )
+    req.once("timeout", () => req.destroy(new Error(`GET ${url}: timeout`)))
+    req.once("error", reject)
+    req.end()
+  })
+
+/** `fleetcheck status` in this process: its exit code and what it wrote. */
+const statusRun = async (args: string[]) => {
+  const out: string[] = []
+  const err: string[] = []
+  const [o, e] = [process.stdout.write, process.stderr.write]
+  process.stdout.write = ((s: string) => out.push(String(s)) > 0) as typeof process.stdout.write
+  process.stderr.write = ((s: string) => err.push(String(s)) > 0) as typeof process.stderr.write
+  try {
+    const code = await runStatus(args)
+    return { code, out: out.join(""), err: err.join("") }
+  } finally {
+    process.stdout.write = o
+    process.stderr.write = e
+  }
+}
+
+const fingerprintOf = (pem: string) => new X509Certificate(pem).fingerprint256
 
 const yamlDocs = (file: string) =>
   parseAllDocuments(readFileSync(join(repo, file), "utf8")).map((d) => d.toJS() as any)
@@ -653,7 +710,7 @@ describe("deploy/: manifests, RBAC and image", () => {
     expect(logs.some((l) => l.includes("became leader"))).toBe(true)
   })
 
-  it("secure serving: tokens reviewed by the API server; the dashboard through the service proxy by services/proxy RBAC", async () => {
+  it("secure serving: TLS with a rotated certificate, tokens reviewed by the API server; the dashboard through the service proxy by services/proxy RBAC", async () => {
     const address = nonLoopbackAddress()
     // Readers: one per example role in deploy/hub/access-roles.yaml, bound the way docs/deploy.md says,
     // and a stranger with no role. Tokens from TokenRequest, as Prometheus' or a person's would be.
@@ -679,31 +736,52 @@ describe("deploy/: manifests, RBAC and image", () => {
     await bind("RoleBinding", "dashboard-viewer", "fleetcheck-dashboard-viewer")
     const token = Object.fromEntries(await Promise.all(readers.map(async (n) => [n, await tokenFor(c, n)])))
 
-    // The hub under its own identity (deploy/'s RBAC), secure serving on, both listeners on `address`.
+    // The hub under its own identity (deploy/'s RBAC), secure serving on, both listeners on `address`,
+    // TLS with a certificate from files, as cert-manager would mount them.
+    const tlsDir = mkdtempSync(join(tmpdir(), "fleetcheck-serving-"))
+    cleanups.push(async () => rmSync(tlsDir, { recursive: true, force: true }))
+    const tlsFiles = { cert: join(tlsDir, "tls.crt"), key: join(tlsDir, "tls.key") }
+    const writePair = (pair: { cert: string; key: string }) => {
+      writeFileSync(tlsFiles.cert, pair.cert)
+      writeFileSync(tlsFiles.key, pair.key, { mode: 0o600 })
+    }
+    const firstPair = selfSignedServingPair([address])
+    writePair(firstPair)
+    const logs: string[] = []
+    const capture = Logger.make((o) => {
+      logs.push(
+        `${o.logLevel} ${Array.isArray(o.message) ? o.message.map(String).join(" ") : String(o.message)} ${JSON.stringify(o.fiber.getRef(References.CurrentLogAnnotations))}`,
+      )
+    })
     const kubeConfig = new KubeConfig()
     kubeConfig.loadFromString(renderKubeconfig("hub", c.server, c.caPem, hubToken))
     const hub = await launchHub({
       config: {
         ...fastConfig,
+        logLevel: "Info",
         namespace: ns,
         secureServing: true,
+        tlsCertFile: tlsFiles.cert,
+        tlsPrivateKeyFile: tlsFiles.key,
         httpAddress: { host: address, port: 0 },
         dashboardAddress: { host: address, port: 0 },
       },
       kubeConfig,
       identity: "secure-serving-test",
+      logger: capture,
     })
     cleanups.push(hub.stop)
     const dashboardPort = Number(new URL(hub.dashboardUrl!).port)
-    const httpPort = hub.port
+    const httpsPort = hub.port
+    expect(hub.url).toBe(`https://${address}:${httpsPort}`)
+    expect(hub.dashboardUrl).toBe(`http://${address}:${dashboardPort}`)
+    // The CA clients trust: the serving certificate itself (self-signed), replaced at rotation.
+    let trusted = firstPair.cert
     try {
-      const get = async (path: string, bearer?: string): Promise<Fetched> => {
-        const res = await fetch(
-          `${hub.url}${path}`,
-          bearer ? { headers: { authorization: `Bearer ${bearer}` } } : {},
-        )
-        return { status: res.status, headers: Object.fromEntries(res.headers), text: await res.text() }
-      }
+      const get = (path: string, bearer?: string) => getTls(`${hub.url}${path}`, trusted, bearer)
+      expect(logs.find((l) => l.includes("hub serving") && l.includes('"scheme":"https"'))).toContain(
+        `"certificateSha256":"${fingerprintOf(firstPair.cert)}"`,
+      )
       const headersOk = (r: Fetched, what: string) => {
         expect(r.headers["content-security-policy"], what).toBe(contentSecurityPolicy)
         expect(r.headers["x-content-type-options"], what).toBe("nosniff")
@@ -731,11 +809,26 @@ describe("deploy/: manifests, RBAC and image", () => {
       for (const [path, bearer, status] of table) {
         const r = await get(path, bearer)
         headersOk(r, path)
+        expect(r.fingerprint, "the certificate from the files").toBe(fingerprintOf(firstPair.cert))
         if (r.status !== status)
           wrong.push(`${path} as ${bearer?.slice(0, 8)} → ${r.status} ${r.text.slice(0, 200)}`)
       }
       expect(wrong).toEqual([])
       expect((await get("/metrics")).headers["www-authenticate"]).toBe('Bearer realm="fleetcheck"')
+      // Plain HTTP to the guarded port gets no answer at all: a token sent that way would be in clear.
+      const plain = await new Promise<string>((resolve) => {
+        const req = httpGet(
+          { host: address, port: httpsPort, path: "/metrics", agent: false, timeout: 5_000 },
+          (res) => resolve(`answered ${res.statusCode}`),
+        )
+        req.once("timeout", () => req.destroy(new Error("timeout")))
+        req.once("error", (e) => resolve(`refused: ${e.message}`))
+      })
+      expect(plain).toMatch(/^refused: /)
+      // A client that does not trust the certificate does not get to send its token.
+      await expect(getTls(`${hub.url}/metrics`, selfSignedServingPair([address]).cert)).rejects.toThrow(
+        /self-signed certificate/,
+      )
       // Why the fleet API is not reviewed by its URL: the built-in system:discovery role gives every
       // authenticated user `/api/*`, so that review would have let the stranger in.
       const byUrl = await c.api("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
@@ -775,7 +868,7 @@ describe("deploy/: manifests, RBAC and image", () => {
       expect(podStatus.status, JSON.stringify(podStatus.body)).toBe(200)
       const targetRef = { kind: "Pod", name: podName, namespace: ns, uid: pod.body.metadata.uid }
       const endpointPorts = [
-        { name: "http", port: httpPort, protocol: "TCP" },
+        { name: "https", port: httpsPort, protocol: "TCP" },
         { name: "dashboard", port: dashboardPort, protocol: "TCP" },
       ]
       expect(
@@ -828,16 +921,17 @@ describe("deploy/: manifests, RBAC and image", () => {
         [token.stranger, proxy],
         [token["fleet-reader"], proxy],
         [undefined, proxy],
-        [viewer, `/api/v1/namespaces/${ns}/services/fleetcheck-hub:http/proxy/metrics`],
+        [viewer, `/api/v1/namespaces/${ns}/services/https:fleetcheck-hub:https/proxy/metrics`],
       ] as const) {
         const r = await getAs(c, who, path)
         expect([401, 403], `${path} → ${r.status}`).toContain(r.status)
       }
-      // The proxy does not forward the caller's token: even the admin gets the hub's 401 on the http port.
+      // The proxy does not forward the caller's token: even the admin gets the hub's 401 on the https
+      // port (the "https:" scheme in the path makes the API server speak TLS to the hub).
       const adminViaProxy = await getAs(
         c,
         c.adminToken,
-        `/api/v1/namespaces/${ns}/services/fleetcheck-hub:http/proxy/metrics`,
+        `/api/v1/namespaces/${ns}/services/https:fleetcheck-hub:https/proxy/metrics`,
       )
       expect(adminViaProxy.status).toBe(401)
       headersOk(adminViaProxy, "proxied 401")
@@ -875,9 +969,98 @@ describe("deploy/: manifests, RBAC and image", () => {
       )
       expect(reviews).toBeLessThanOrEqual(reviewBurst + Math.ceil(elapsed * reviewsPerSecond) + 1)
       expect(reviews).toBeGreaterThanOrEqual(reviewBurst)
+
+      // `fleetcheck status` as fleet-reader: with the hub's CA it reads the fleet; with another CA it
+      // stops before sending the token, and says why.
+      const readerKubeconfig = join(tlsDir, "fleet-reader.kubeconfig")
+      writeFileSync(readerKubeconfig, renderKubeconfig("hub", c.server, c.caPem, token["fleet-reader"]))
+      const caFile = join(tlsDir, "hub-ca.crt")
+      writeFileSync(caFile, firstPair.cert)
+      const otherCa = join(tlsDir, "other-ca.crt")
+      writeFileSync(otherCa, selfSignedServingPair([address]).cert)
+      const status = await statusRun([
+        "--hub",
+        hub.url,
+        "--hub-ca-file",
+        caFile,
+        "--kubeconfig",
+        readerKubeconfig,
+      ])
+      expect(status.code, status.err).not.toBe(3)
+      expect(status.out).toMatch(/^CLUSTER\s+READY/)
+      const wrongCa = await statusRun([
+        "--hub",
+        hub.url,
+        "--hub-ca-file",
+        otherCa,
+        "--kubeconfig",
+        readerKubeconfig,
+      ])
+      expect(wrongCa.code).toBe(3)
+      expect(wrongCa.err).toMatch(
+        /cannot read https:.*: the hub's certificate is not signed by the CA in --hub-ca-file \(DEPTH_ZERO_SELF_SIGNED_CERT/,
+      )
+
+      // Rotation: new files, as cert-manager writes them. The listener stays (same port, a connection
+      // opened before keeps working), new connections see the new certificate, and the scraper goes on.
+      const secondPair = selfSignedServingPair([address])
+      const rotatedAt = Date.now()
+      writePair(secondPair)
+      trusted = secondPair.cert
+      const rotated = await waitUntil("a new connection to see the new certificate", 20_000, async () => {
+        const r = await get("/metrics", token["metrics-scraper"]).catch(() => undefined)
+        return r?.fingerprint === fingerprintOf(secondPair.cert) ? r : undefined
+      })
+      process.stderr.write(`[secure-serving] rotated certificate served after ${Date.now() - rotatedAt} ms\n`)
+      expect(rotated.status).toBe(200)
+      headersOk(rotated, "/metrics after rotation")
+      expect(hub.port).toBe(httpsPort)
+      expect(
+        logs.some(
+          (l) => l.includes("serving certificate reloaded") && l.includes(fingerprintOf(secondPair.cert)),
+        ),
+      ).toBe(true)
+      const statusAfter = await statusRun([
+        "--hub",
+        hub.url,
+        "--hub-ca-file",
+        caFile,
+        "--kubeconfig",
+        readerKubeconfig,
+      ])
+      expect(statusAfter.code, "the old CA no longer verifies the hub").toBe(3)
+      // A broken rotation (a certificate with another's key) is refused, logged, and the pair stays.
+      writeFileSync(tlsFiles.cert, selfSignedServingPair([address]).cert)
+      await waitUntil("the refusal in the log", 20_000, async () =>
+        logs.some((l) => l.startsWith("ERROR serving certificate refused") && l.includes("does not belong")),
+      )
+      const kept = await get("/api/v1/fleet", token["fleet-reader"])
+      expect([kept.status, kept.fingerprint]).toEqual([200, fingerprintOf(secondPair.cert)])
     } finally {
       await hub.stop()
     }
+  })
+
+  it("deploy/hub-cert-manager: the hub serves the Certificate's Secret for the Service's names", async () => {
+    const built = await c.kubectl(["kustomize", join(repo, "deploy/hub-cert-manager")])
+    expect(built.code, built.stderr).toBe(0)
+    const docs = parseAllDocuments(built.stdout).map((d) => d.toJS() as any)
+    const service = docs.find((d) => d.kind === "Service")
+    const serving = docs.find((d) => d.kind === "Certificate" && d.metadata.name === "fleetcheck-hub-serving")
+    const pod = docs.find((d) => d.kind === "Deployment").spec.template.spec
+    const env = Object.fromEntries(pod.containers[0].env.map((e: any) => [e.name, e.value]))
+    const mount = pod.containers[0].volumeMounts.find((m: any) => m.name === "serving-cert")
+    const volume = pod.volumes.find((v: any) => v.name === "serving-cert")
+    expect(service.spec.ports.map((p: any) => p.name)).toEqual(["https", "dashboard"])
+    expect(serving.spec.dnsNames).toContain(`${service.metadata.name}.${service.metadata.namespace}.svc`)
+    expect(serving.spec.usages).toContain("server auth")
+    expect(volume.secret.secretName).toBe(serving.spec.secretName)
+    expect(env.FLEETCHECK_SECURE_SERVING).toBe("true")
+    expect(env.FLEETCHECK_TLS_CERT_FILE).toBe(`${mount.mountPath}/tls.crt`)
+    expect(env.FLEETCHECK_TLS_PRIVATE_KEY_FILE).toBe(`${mount.mountPath}/tls.key`)
+    // The key is readable by the hub's group only, and the hub runs in that group.
+    expect(volume.secret.defaultMode).toBe(0o440)
+    expect(pod.securityContext.fsGroup).toBe(pod.securityContext.runAsGroup)
   })
 
   it("the Dockerfile's steps, run outside Docker, build an entrypoint that runs the hub", {
@@ -951,7 +1134,12 @@ describe("deploy/: manifests, RBAC and image", () => {
         const entry = tryJson(line)
         const msg = Array.isArray(entry?.message) ? entry.message[0] : entry?.message
         if (msg === "hub serving")
-          return { url: `http://${entry.annotations.address}`, identity: String(entry.annotations.identity) }
+          return {
+            url: `${entry.annotations.scheme}://${entry.annotations.address}`,
+            identity: String(entry.annotations.identity),
+            certificate: entry.annotations.certificate,
+            fingerprint: entry.annotations.certificateSha256,
+          }
       }
       if (child.exitCode !== null) throw new Error(`hub exited ${child.exitCode}: ${output.stderr()}`)
       return undefined
@@ -964,8 +1152,15 @@ describe("deploy/: manifests, RBAC and image", () => {
     const address = container.env.find((e: any) => e.name === "FLEETCHECK_HTTP_ADDRESS").value
     expect(address.split(":").at(-1)).toBe(String(container.ports[0].containerPort))
     expect(container.readinessProbe.httpGet.port).toBe(container.ports[0].name)
+    // Secure serving is on by default: the hub made a self-signed certificate and serves HTTPS, and
+    // the probes ask over HTTPS without verifying it, as the kubelet does.
+    expect(serving.url.startsWith("https://")).toBe(true)
+    expect(serving.certificate).toBe("self-signed")
     for (const probe of [container.readinessProbe, container.livenessProbe]) {
-      expect((await fetch(`${serving.url}${probe.httpGet.path}`)).status).toBe(200)
+      expect(probe.httpGet.scheme).toBe("HTTPS")
+      const r = await getTls(`${serving.url}${probe.httpGet.path}`, undefined)
+      expect(r.status).toBe(200)
+      expect(r.fingerprint, "the certificate the log line names").toBe(serving.fingerprint)
     }
     const t1 = Date.now()
     child.kill("SIGTERM")
