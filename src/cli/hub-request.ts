@@ -7,7 +7,7 @@
 import { X509Certificate } from "node:crypto"
 import { readFileSync, statSync } from "node:fs"
 import { request as httpRequest, type IncomingMessage } from "node:http"
-import { request as httpsRequest } from "node:https"
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
 import { isIP } from "node:net"
 
 export const hubConnectionUsage = `  --hub-ca-file F  the CA (PEM) that signed the hub's serving certificate (default
@@ -35,6 +35,13 @@ export interface HubConnection {
   readonly insecure: boolean
   /** Whether a bearer token may go to this URL: https, or plain http to this machine. */
   readonly sendsToken: boolean
+  /**
+   * This command's own connections: the pages of one run share them, and nothing is shared with
+   * another run in the same process (a pooled connection or TLS session verified under other flags).
+   */
+  readonly agent: HttpsAgent | undefined
+  /** Closes the kept-alive connections; call once the command is done. */
+  readonly close: () => void
 }
 
 const loopbackHost = (hostname: string) => {
@@ -78,7 +85,23 @@ export const hubConnection = (
       return { error: `--hub-ca-file ${caFile}: ${e instanceof Error ? e.message : String(e)}` }
     }
   }
-  return { ca, servername, insecure, sendsToken: https || loopbackHost(url.hostname) }
+  const agent = https
+    ? new HttpsAgent({
+        keepAlive: true,
+        minVersion: "TLSv1.2",
+        ...(ca ? { ca } : {}),
+        ...(servername ? { servername } : {}),
+        rejectUnauthorized: !insecure,
+      })
+    : undefined
+  return {
+    ca,
+    servername,
+    insecure,
+    sendsToken: https || loopbackHost(url.hostname),
+    agent,
+    close: () => agent?.destroy(),
+  }
 }
 
 /** Why a token was not sent, for the message when the hub then asks for one. */
@@ -146,6 +169,7 @@ export const hubGet = (
             url,
             {
               headers,
+              agent: connection.agent,
               minVersion: "TLSv1.2",
               ...(connection.ca ? { ca: connection.ca } : {}),
               ...(connection.servername ? { servername: connection.servername } : {}),
@@ -153,7 +177,7 @@ export const hubGet = (
             },
             onAnswer,
           )
-        : httpRequest(url, { headers }, onAnswer)
+        : httpRequest(url, { headers, agent: false }, onAnswer)
     req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)))
     req.once("error", (e) => resolve({ error: explain(url, connection, e) }))
     req.end()

@@ -140,7 +140,7 @@ export const runReport = async (args: ReadonlyArray<string>): Promise<number> =>
   if ("error" in connection) return usageError(connection.error)
   const credentials = await credentialsFor(url, connection, values.kubeconfig, values.context)
   if ("error" in credentials) return cannotRead(credentials.error)
-  const got = await hubGet(url, connection, credentials.authorization, 30_000)
+  const got = await hubGet(url, connection, credentials.authorization, 30_000).finally(connection.close)
   if ("error" in got) return cannotRead(got.error)
   const answer = { ...got, ok: got.status >= 200 && got.status < 300 }
   let json: unknown

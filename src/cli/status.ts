@@ -285,6 +285,21 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     process.stderr.write(`fleetcheck status: ${connection.error}\n\n${statusUsage}`)
     return 2
   }
+  try {
+    return await readFleet(url, connection, values, values.output === "json", cannotRead)
+  } finally {
+    connection.close()
+  }
+}
+
+/** Reads every page and prints the fleet; the exit code. */
+const readFleet = async (
+  url: URL,
+  connection: HubConnection,
+  values: { readonly kubeconfig?: string | undefined; readonly context?: string | undefined },
+  json: boolean,
+  cannotRead: (why: string) => number,
+): Promise<number> => {
   const credentials = await credentialsFor(url, connection, values.kubeconfig, values.context)
   if ("error" in credentials) return cannotRead(credentials.error)
   // Every page, concatenated: the first page's totals and header, every page's clusters and checks.
@@ -309,7 +324,7 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
   const { metadata: _metadata, ...view } = { ...first.view, clusters, checks }
   const raw: Record<string, unknown> = { ...first.raw, clusters, checks }
   delete raw.metadata
-  process.stdout.write(values.output === "json" ? `${JSON.stringify(raw, null, 2)}\n` : renderStatus(view))
+  process.stdout.write(json ? `${JSON.stringify(raw, null, 2)}\n` : renderStatus(view))
   if (view.leader === false) {
     process.stderr.write(
       `fleetcheck status: ${url.origin} is not the leading hub; its view is not the fleet's\n`,
