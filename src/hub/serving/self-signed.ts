@@ -39,10 +39,13 @@ const oid = (dotted: string): Buffer => {
   return tlv(0x06, Buffer.from(bytes))
 }
 
-/** A positive INTEGER from random bytes (the top bit cleared, as the serial's sign must be +). */
+/**
+ * A positive INTEGER of 16 random bytes: the top bit cleared (the sign must be +) and the next one set,
+ * so the first byte is never 0 (DER wants the shortest form: a leading 0 byte would make it invalid).
+ */
 const serialNumber = () => {
   const b = randomBytes(16)
-  b[0] = (b[0] ?? 0) & 0x7f
+  b[0] = ((b[0] ?? 0) & 0x7f) | 0x40
   return tlv(0x02, b)
 }
 
