@@ -397,6 +397,21 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     return result
   }
 
+  /**
+   * The cluster an accepted check talks to, once per check (URL parse and CA hash): every registration
+   * reconcile looks at every Secret's cluster (candidates, neighbours), and a check is cached per
+   * resourceVersion.
+   */
+  const clusters = new WeakMap<KubeconfigAccepted, ClusterRef>()
+  const clusterOfCheck = (checked: KubeconfigAccepted): ClusterRef => {
+    let c = clusters.get(checked)
+    if (!c) {
+      c = clusterOf(checked.kubeConfig, checked.server)
+      clusters.set(checked, c)
+    }
+    return c
+  }
+
   /** Every labelled Secret the policy accepts, as a candidate for an engine (deleted ones still occupy). */
   const candidates = (now: number) =>
     allSecrets().flatMap((s): Array<Candidate & { readonly terminating: boolean }> => {
@@ -406,7 +421,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         {
           name: s.metadata?.name ?? "",
           created: createdOf(s),
-          cluster: clusterOf(checked.kubeConfig, checked.server),
+          cluster: clusterOfCheck(checked),
           namespaces: checked.namespaces,
           terminating: s.metadata?.deletionTimestamp !== undefined,
         },
@@ -432,7 +447,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       if (name === self) continue
       const checked = checkOf(s, now)
       if (!checked.ok) continue
-      const c = clusterOf(checked.kubeConfig, checked.server)
+      const c = clusterOfCheck(checked)
       if (clusters.length === 0 || clusters.some((x) => x !== undefined && sameCluster(x, c))) enqueue(name)
     }
   }
@@ -701,7 +716,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       const st = stateFor(name, secret)
       const terminating = secret.metadata?.deletionTimestamp !== undefined
       const checked = checkOf(secret, now)
-      const cluster = checked.ok ? clusterOf(checked.kubeConfig, checked.server) : undefined
+      const cluster = checked.ok ? clusterOfCheck(checked) : undefined
 
       let desired: Desired
       if (terminating || !labelled)

@@ -113,18 +113,46 @@ export const earlier = (a: Candidate, b: Candidate): number =>
 
 /**
  * One engine per cluster scope: in creation order, a candidate is admitted unless it overlaps one admitted
- * before it. Returns, for each refused candidate, the admitted one it overlaps. Deterministic, so every
- * hub (and every restart) agrees.
+ * before it. Returns, for each refused candidate, the earliest admitted one it overlaps. Deterministic, so
+ * every hub (and every restart) agrees.
+ *
+ * Indexed per cluster (a registration reconcile asks this of every Secret, and 1,000 namespace-scoped
+ * members on a few API servers made a scan of all admitted candidates per candidate the hub's main
+ * cost): admitted scopes on one cluster are either one cluster-wide candidate alone or namespaced ones
+ * with disjoint namespaces, so a namespace names at most one admitted owner.
  */
 export const admission = (candidates: ReadonlyArray<Candidate>): Map<string, Candidate> => {
-  const admitted: Candidate[] = []
   const refused = new Map<string, Candidate>()
+  /** Per cluster: the admitted cluster-wide candidate, or the admitted owner of each namespace. */
+  const clusters = new Map<
+    string,
+    { wide?: Candidate; first?: Candidate; owners: Map<string, { c: Candidate; order: number }> }
+  >()
+  let order = 0
   for (const c of [...candidates].sort(earlier)) {
-    const first = admitted.find(
-      (a) => sameCluster(a.cluster, c.cluster) && overlaps(a.namespaces, c.namespaces),
-    )
-    if (first) refused.set(c.name, first)
-    else admitted.push(c)
+    const key = clusterKey(c.cluster)
+    let on = clusters.get(key)
+    if (!on) {
+      on = { owners: new Map() }
+      clusters.set(key, on)
+    }
+    let first: { c: Candidate; order: number } | undefined
+    if (on.wide) first = { c: on.wide, order: -1 }
+    else if (c.namespaces === undefined) {
+      if (on.first) first = { c: on.first, order: -1 }
+    } else
+      for (const n of c.namespaces) {
+        const owner = on.owners.get(n)
+        if (owner && (first === undefined || owner.order < first.order)) first = owner
+      }
+    if (first) {
+      refused.set(c.name, first.c)
+      continue
+    }
+    order++
+    on.first ??= c
+    if (c.namespaces === undefined) on.wide = c
+    else for (const n of c.namespaces) on.owners.set(n, { c, order })
   }
   return refused
 }
