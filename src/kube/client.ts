@@ -796,12 +796,15 @@ export const makeKubeClient = Effect.fnUntraced(function* (
             ),
         )
         res.on("error", (e) => finish(Effect.fail(nodeError(method, path, e))))
-        res.on("aborted", () =>
-          finish(Effect.fail(transportError(method, path, "response aborted", "Closed"))),
-        )
-        res.on("close", () =>
-          finish(Effect.fail(transportError(method, path, "connection closed mid-response", "Closed"))),
-        )
+        // Every response closes, most of them after their body was read: the error (a stack trace each)
+        // is made only when nothing finished the request first.
+        res.on("aborted", () => {
+          if (!done) finish(Effect.fail(transportError(method, path, "response aborted", "Closed")))
+        })
+        res.on("close", () => {
+          if (!done)
+            finish(Effect.fail(transportError(method, path, "connection closed mid-response", "Closed")))
+        })
       })
       if (started instanceof KubeTransportError) return finish(Effect.fail(started))
       r = started
