@@ -13,7 +13,9 @@
 //   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
 // Environment: IDLE_SECONDS (60), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10),
 // JOB_HOLD_MS (5000), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
-// SNAPSHOT=<file> (a heap snapshot once converged), HUB_NICE=<n> (the hub's scheduling priority, e.g.
+// PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
+// PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
+// once converged), HUB_NICE=<n> (the hub's scheduling priority, e.g.
 // -10, so the apiservers, etcd and this script sharing the cores do not queue it), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
 // converged CPU, requests, memory).
@@ -363,6 +365,8 @@ try {
   if (process.env.HUB_NICE && proc.pid !== undefined) setPriority(proc.pid, Number(process.env.HUB_NICE))
   const port = await new Promise<number>((resolve) => proc.once("message", (m: any) => resolve(m.port)))
   const hubUrl = `http://127.0.0.1:${port}`
+  const startProfile = process.env.PROFILE_START
+  if (startProfile) await ask(proc, { cmd: "profile-start" })
 
   // Start burst: requests per apiserver per 5 s while the fleet engages.
   let peakWindow = { server: "", requests: 0 }
@@ -393,6 +397,8 @@ try {
     }
     if (Date.now() - hubStart > 30 * 60_000) throw new Error("the fleet did not become Ready in 30 min")
   }
+  if (startProfile) await ask(proc, { cmd: "profile-stop", path: startProfile })
+  const startCpu = await ask<any>(proc, { cmd: "cpu" })
   const afterStart = await scrapeAll()
   const startSeconds = (readyAt - hubStart) / 1000
   const burst = (c: LocalCluster) =>
@@ -413,9 +419,12 @@ try {
   const httpMs = performance.now() - httpT0
   log(`idle window of ${idleSeconds} s`)
   const idleBefore = await scrapeAll()
+  const idleProfile = process.env.PROFILE_IDLE
+  if (idleProfile) await ask(proc, { cmd: "profile-start" })
   const cpu0 = await ask<any>(proc, { cmd: "cpu" })
   await sleep(idleSeconds * 1000)
   const cpu1 = await ask<any>(proc, { cmd: "cpu" })
+  if (idleProfile) await ask(proc, { cmd: "profile-stop", path: idleProfile })
   const idleAfter = await scrapeAll()
   const mem1 = await ask<any>(proc, { cmd: "measure" })
   const idleCpu = (cpu1.cpuMicros - cpu0.cpuMicros) / 1000 / (cpu1.at - cpu0.at)
@@ -439,7 +448,7 @@ try {
   )
   print(`seeded (create + status) in ${seedSeconds.toFixed(0)} s`)
   print(
-    `hub start → all ${members} members Ready with every check verified: ${startSeconds.toFixed(1)} s (first member after ${((firstReadyAt - hubStart) / 1000).toFixed(1)} s; polled every 5 s)`,
+    `hub start → all ${members} members Ready with every check verified: ${startSeconds.toFixed(1)} s (first member after ${((firstReadyAt - hubStart) / 1000).toFixed(1)} s; polled every 5 s); hub CPU since its process started ${(startCpu.cpuMicros / 1e6).toFixed(1)} s`,
   )
   print(
     `start burst on member apiservers: ${[...memberBurst]
