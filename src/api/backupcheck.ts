@@ -120,7 +120,7 @@ const scheduleOverlap = (spec: {
 
 // A Go duration whose value (when the pattern matched) satisfies `ok`; the CEL rule says the same to
 // the API server, which compares durations natively.
-const duration = (ok: (ms: number) => boolean, bound: string, rule: string) =>
+export const duration = (ok: (ms: number) => boolean, bound: string, rule: string) =>
   z
     .string()
     .max(64)
@@ -161,6 +161,14 @@ export const BackupRefSchema = z
       .optional()
       .describe(
         "Expected checksum, algorithm:lowercase-hex (sha256, sha512, md5); passed as FLEETCHECK_EXPECTED_CHECKSUM.",
+      ),
+    cluster: z
+      .string()
+      .min(1)
+      .max(253)
+      .optional()
+      .describe(
+        "The cluster the backup was taken in, when it is another one (a cross-cluster drill sets it to the source member); passed as FLEETCHECK_BACKUP_CLUSTER.",
       ),
   })
   .describe("The backup this check verifies.")

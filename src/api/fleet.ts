@@ -32,6 +32,8 @@ export const CheckViewSchema = z.object({
     .optional(),
   /** `namespace/name` of the FleetBackupCheck that placed this check, when one did. */
   fleetBackupCheck: z.string().optional(),
+  /** On a drill check: the member whose backup it restores here. */
+  drillSource: z.string().optional(),
 })
 export type CheckView = z.output<typeof CheckViewSchema>
 
@@ -77,6 +79,26 @@ export const FleetCheckViewSchema = z.object({
       runID: z.string().optional(),
     }),
   ),
+  /**
+   * Cross-cluster drills (spec.drill): source → target pairs, this round's (Current) and earlier pairs'
+   * last verdicts (Previous); the drill check lives in the target, in the placed check's namespace.
+   */
+  drills: z
+    .array(
+      z.object({
+        source: z.string(),
+        target: z.string(),
+        state: z.string(),
+        check: z.string().optional(),
+        since: z.string().optional(),
+        status: z.enum(conditionStatuses),
+        reason: z.string(),
+        message: z.string().optional(),
+        lastSuccessfulTime: z.string().optional(),
+        runID: z.string().optional(),
+      }),
+    )
+    .optional(),
 })
 export type FleetCheckView = z.output<typeof FleetCheckViewSchema>
 

@@ -1,6 +1,7 @@
 import * as z from "zod"
 import {
   BackupCheckSpecSchema,
+  duration,
   NamespacedObjectMetaSchema,
   type ParseResult,
   parseResource,
@@ -8,7 +9,7 @@ import {
   StringMapSchema,
 } from "./backupcheck.ts"
 import { ConditionsSchema, conditionStatuses, TimestampSchema } from "./condition.ts"
-import { LabelSelectorSchema, labelKeyError, labelValueError } from "./label-selector.ts"
+import { LabelSelectorSchema, labelKeyError, labelValueError, selectorOperators } from "./label-selector.ts"
 import { apiVersion, fleetBackupCheckKind, labelFleetBackupCheck } from "./names.ts"
 
 // FleetBackupCheck (fleetcheck.io/v1alpha1, namespaced, in the hub; ADR 0012): a BackupCheck template
@@ -44,6 +45,14 @@ export const fleetReasons = {
   VerificationPending: "VerificationPending",
   /** Being deleted: the placed checks are being removed. */
   Deleting: "Deleting",
+  /** A cross-cluster drill failed (the message names the pair, source → target). */
+  DrillFailing: "DrillFailing",
+  /** A drill has not verified yet in its target, or its target is unreachable. */
+  DrillPending: "DrillPending",
+  /** A source's only eligible drill target is the source itself: a drill needs another cluster. */
+  DrillTargetIsSource: "DrillTargetIsSource",
+  /** spec.drill names or selects no MemberCluster at all. */
+  NoDrillTargets: "NoDrillTargets",
 } as const
 
 /** Reasons of the Events the hub records on a FleetBackupCheck. */
@@ -90,11 +99,110 @@ export const TemplateMetadataSchema = z
   })
   .describe("Metadata of the placed BackupCheck.")
 
+const clusterNamePattern = dnsSubdomain
+
+/**
+ * A requirement over a member's ClusterProfile properties (status.properties of the profile that
+ * registers it, shown on its MemberCluster): OCM's claimSelector shape, matchExpressions only.
+ */
+const PropertyRequirementSchema = z
+  .strictObject({
+    key: z.string().min(1).max(253).describe("The property name, e.g. kubernetes.io/version or region."),
+    operator: z.enum(selectorOperators).describe("In, NotIn, Exists or DoesNotExist."),
+    values: z
+      .array(z.string().max(1024))
+      .max(64)
+      .optional()
+      .describe("For In and NotIn, at least one value; for Exists and DoesNotExist, none."),
+  })
+  .superRefine((r, ctx) => {
+    const wantsValues = r.operator === "In" || r.operator === "NotIn"
+    if (wantsValues !== (r.values !== undefined && r.values.length > 0))
+      ctx.addIssue({
+        code: "custom",
+        path: ["values"],
+        message: `${r.operator} ${wantsValues ? "needs at least one value" : "takes no values"}`,
+      })
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      {
+        rule: "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : !has(self.values) || size(self.values) == 0",
+        message: "In and NotIn need at least one value; Exists and DoesNotExist take none",
+      },
+    ],
+  })
+  .describe("A property requirement: a property name, an operator and values.")
+
+export const PropertySelectorSchema = z
+  .strictObject({
+    matchExpressions: z
+      .array(PropertyRequirementSchema)
+      .min(1)
+      .max(32)
+      .describe("Requirements over the member's ClusterProfile properties; all must hold."),
+  })
+  .describe(
+    "Selects members by the properties of the ClusterProfile that registers them (MemberCluster status.properties); a member registered otherwise has none, so only DoesNotExist and NotIn can match it.",
+  )
+
+export type PropertySelector = z.output<typeof PropertySelectorSchema>
+
+/** Drill periods: at least a minute (no hot rotation), at most a year. */
+export const drillPeriodBounds = { minMs: 60_000, maxMs: 8_784 * 3_600_000 } as const
+
+export const DrillSchema = z
+  .strictObject({
+    targetClusters: z
+      .array(
+        z
+          .string()
+          .min(1)
+          .max(253)
+          .regex(clusterNamePattern, { error: "must be a MemberCluster name (a DNS subdomain)" }),
+      )
+      .min(1)
+      .max(1_000)
+      .optional()
+      .describe("Drill targets by MemberCluster name. Set this or targetSelector."),
+    targetSelector: LabelSelectorSchema.optional().describe(
+      "Drill targets by MemberCluster labels (metav1.LabelSelector), e.g. another region. Set this or targetClusters.",
+    ),
+    period: duration(
+      (ms) => ms >= drillPeriodBounds.minMs && ms <= drillPeriodBounds.maxMs,
+      "between 1m and 8784h",
+      "duration(self) >= duration('1m') && duration(self) <= duration('8784h')",
+    ).describe(
+      "Within every period each source's backup is restored in one target other than itself; the target rotates deterministically over the eligible ones from period to period (Go duration, 1m to 8784h).",
+    ),
+  })
+  .superRefine((d, ctx) => {
+    if ((d.targetClusters === undefined) === (d.targetSelector === undefined))
+      ctx.addIssue({ code: "custom", message: "set exactly one of targetClusters and targetSelector" })
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      {
+        rule: "has(self.targetClusters) != has(self.targetSelector)",
+        message: "set exactly one of targetClusters and targetSelector",
+      },
+    ],
+  })
+  .describe(
+    "Cross-cluster restore drills: the backup each selected (source) member's placed check names is restored in another member (the target), by a drill BackupCheck placed there with the source's backup reference and spec.backup.cluster set to the source.",
+  )
+
+export type Drill = z.output<typeof DrillSchema>
+
 export const FleetBackupCheckSpecSchema = z
   .strictObject({
     clusterSelector: LabelSelectorSchema.describe(
       "Which members get the check, by MemberCluster labels (metav1.LabelSelector); {} selects every member.",
     ),
+    propertySelector: PropertySelectorSchema.optional().describe(
+      "Narrows the selection to members whose ClusterProfile properties satisfy these requirements (ANDed with clusterSelector).",
+    ),
+    drill: DrillSchema.optional(),
     template: z
       .strictObject({
         metadata: TemplateMetadataSchema,
@@ -154,6 +262,38 @@ export const FleetCountsSchema = z
 
 export type FleetCounts = z.output<typeof FleetCountsSchema>
 
+/** Whether a drill entry is this period's drill of its source, or an earlier pair's last verdict. */
+export const drillStates = ["Current", "Previous"] as const
+
+export const ClusterDrillSchema = z
+  .object({
+    source: z.string().min(1).max(253).describe("The member whose backup is restored."),
+    target: z.string().min(1).max(253).describe("The member it is restored in (never the source)."),
+    state: z
+      .enum(drillStates)
+      .describe("Current: this period's drill of the source; Previous: an earlier pair's last verdict."),
+    check: z.string().max(253).optional().describe("The drill BackupCheck's name in the target."),
+    since: TimestampSchema.optional().describe("When this pair's period started."),
+    verified: z
+      .enum(conditionStatuses)
+      .describe("The drill check's Verified status as every fleet view shows it (Unknown while unseen)."),
+    reason: z.string().max(256).describe("The reason of that status."),
+    message: z.string().max(1024).optional().describe("The message of that status."),
+    lastSuccessfulTime: TimestampSchema.optional().describe("The drill check's last successful restore."),
+    lastRun: z
+      .object({
+        runID: z.string().max(63),
+        result: z.enum(runResults),
+        startTime: TimestampSchema.optional(),
+        completionTime: TimestampSchema.optional(),
+      })
+      .optional()
+      .describe("The drill check's most recent run."),
+  })
+  .describe("One drill pair: source → target, and its verdict.")
+
+export type ClusterDrill = z.output<typeof ClusterDrillSchema>
+
 export const FleetBackupCheckStatusSchema = z
   .object({
     observedGeneration: z
@@ -171,6 +311,14 @@ export const FleetBackupCheckStatusSchema = z
       .optional()
       .describe(
         "Per member: the selected ones, and those still holding a check placed from here (Removing).",
+      ),
+    drills: z
+      .array(ClusterDrillSchema)
+      .max(20_000)
+      .meta({ "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source", "target"] })
+      .optional()
+      .describe(
+        "Cross-cluster drills (spec.drill): each source's current drill and the last verdict of its earlier targets (at most 8 per source).",
       ),
   })
   .describe("Observed state, written by the fleetcheck hub.")

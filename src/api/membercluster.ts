@@ -66,9 +66,27 @@ export const RegistrationSourceSchema = z
 
 export type RegistrationSource = z.output<typeof RegistrationSourceSchema>
 
+/** At most this many ClusterProfile properties are shown on a MemberCluster (and selectable). */
+export const maxClusterProperties = 128
+
+export const ClusterPropertySchema = z
+  .object({
+    name: z.string().min(1).max(253).describe("The property's name, as the ClusterProfile gives it."),
+    value: z.string().max(1024).describe("Its value."),
+  })
+  .describe("A property of the ClusterProfile that registers the member.")
+
 export const MemberClusterStatusSchema = z
   .object({
     source: RegistrationSourceSchema.optional(),
+    properties: z
+      .array(ClusterPropertySchema)
+      .max(maxClusterProperties)
+      .meta({ "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"] })
+      .optional()
+      .describe(
+        "The registering ClusterProfile's status.properties (first 128, names and values bounded); what a FleetBackupCheck's propertySelector matches.",
+      ),
     conditions: ConditionsSchema.optional(),
     kubernetesVersion: z
       .string()
@@ -81,6 +99,11 @@ export const MemberClusterStatusSchema = z
   .describe("Observed state, written by the fleetcheck hub.")
 
 export type MemberClusterStatus = z.output<typeof MemberClusterStatusSchema>
+
+/** A MemberCluster's properties as a map (what a property selector matches). */
+export const propertiesOf = (mc: {
+  status?: { properties?: ReadonlyArray<{ name: string; value: string }> }
+}) => Object.fromEntries((mc.status?.properties ?? []).map((p) => [p.name, p.value]))
 
 export const MemberClusterSchema = z.object({
   apiVersion: z.literal(apiVersion),

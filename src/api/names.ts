@@ -47,6 +47,15 @@ export const labelRun = "fleetcheck.io/run"
 export const labelPhase = "fleetcheck.io/phase"
 /** On every BackupCheck a FleetBackupCheck placed: `<namespace>.<name>` of that FleetBackupCheck. */
 export const labelFleetBackupCheck = "fleetcheck.io/fleetbackupcheck"
+/** On a drill check (a FleetBackupCheck's spec.drill): the member whose backup it restores. */
+export const labelDrillSource = "fleetcheck.io/drill-source"
+/** The same, exactly (a label value is bounded to 63 characters, a cluster name is not). */
+export const annotationDrillSource = "fleetcheck.io/drill-source"
+/**
+ * On a source member's placed BackupCheck: the latest drill verdict per target (JSON, written by the
+ * hub; ADR 0012 amendment).
+ */
+export const annotationDrills = "fleetcheck.io/drills"
 /** On a placed BackupCheck: the hash of the template it was written from (skips no-op updates). */
 export const annotationTemplateHash = "fleetcheck.io/template-hash"
 /**

@@ -124,7 +124,22 @@ export const renderStatus = (view: FleetView): string => {
       ),
     ]),
   ])
-  return `${clusters}\n\n${fleetChecks.length ? `${fleet}\n\n` : ""}${view.checks.length ? checks : "no BackupChecks"}\n${footer}`
+  // Cross-cluster drills by source and target: this round's pairs and earlier pairs' last verdicts.
+  const drillRows = fleetChecks.flatMap((f) =>
+    (f.drills ?? []).map((d) => [
+      `${f.namespace}/${f.name}`,
+      `${d.source} -> ${d.target}`,
+      d.state,
+      d.status,
+      d.reason,
+      d.lastSuccessfulTime ?? "never",
+    ]),
+  )
+  const drills = table([
+    ["FLEET CHECK", "DRILL (SOURCE -> TARGET)", "ROUND", "VERIFIED", "REASON", "LAST SUCCESS"],
+    ...drillRows,
+  ])
+  return `${clusters}\n\n${fleetChecks.length ? `${fleet}\n\n` : ""}${drillRows.length ? `${drills}\n\n` : ""}${view.checks.length ? checks : "no BackupChecks"}\n${footer}`
 }
 
 /** One answer of the hub, or why it is not one. */

@@ -181,3 +181,28 @@ export const checkClusterProfile = (input: {
   const extension = (cluster.extensions ?? []).find((e) => e.name === execExtensionName)?.extension
   return { ...checked, provider: chosen.name, execClusterConfig: extension }
 }
+
+const PropertiesSchema = z
+  .array(z.object({ name: z.string().min(1).max(253), value: z.string().max(1024) }))
+  .max(4_096)
+
+/**
+ * A profile's `status.properties` (name/value, KEP-4322), the first maxProperties of them, sorted by
+ * name; entries that are not a name and a bounded string value are left out (a profile is input).
+ */
+export const clusterProfileProperties = (
+  profile: unknown,
+  maxProperties: number,
+): ReadonlyArray<{ readonly name: string; readonly value: string }> => {
+  const raw = (profile as { status?: { properties?: unknown } } | null)?.status?.properties
+  if (!Array.isArray(raw)) return []
+  const kept = raw.filter((p) => PropertiesSchema.element.safeParse(p).success) as Array<{
+    name: string
+    value: string
+  }>
+  const byName = new Map(kept.map((p) => [p.name, p.value]))
+  return [...byName]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .slice(0, maxProperties)
+    .map(([name, value]) => ({ name, value }))
+}

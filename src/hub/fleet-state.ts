@@ -26,7 +26,7 @@ import {
 } from "../api/fleet.ts"
 import { keyOfPlacementLabel } from "../api/fleetbackupcheck.ts"
 import type { CheckCounts, MemberClusterStatus, RegistrationSource } from "../api/membercluster.ts"
-import { annotationTemplateHash, labelFleetBackupCheck } from "../api/names.ts"
+import { annotationDrillSource, annotationTemplateHash, labelFleetBackupCheck } from "../api/names.ts"
 import { buildReport, type Report, type ReportInput } from "../api/report.ts"
 import type { InformerSet } from "../engine/informer/informer-set.ts"
 import type { KubeClient } from "../kube/client.ts"
@@ -58,6 +58,8 @@ export interface MemberEntry {
   labels: Record<string, string>
   /** The object that registers the member, shown on its MemberCluster. */
   source?: RegistrationSource | undefined
+  /** The registering ClusterProfile's properties (sorted, bounded); none for a Secret. */
+  properties?: ReadonlyArray<{ readonly name: string; readonly value: string }> | undefined
   /** Why the Secret was refused (no engine runs then). */
   refused?: { reason: string; message: string }
   engineRunning: boolean
@@ -143,10 +145,11 @@ export const checkViews = (m: MemberEntry): CheckView[] => {
 }
 
 /** The FleetBackupCheck that placed a check (its label and the hub's template-hash annotation). */
-const placedByOf = (c: BackupCheck): { fleetBackupCheck?: string } => {
+const placedByOf = (c: BackupCheck): { fleetBackupCheck?: string; drillSource?: string } => {
   if (c.metadata.annotations?.[annotationTemplateHash] === undefined) return {}
   const key = keyOfPlacementLabel(c.metadata.labels?.[labelFleetBackupCheck])
-  return key ? { fleetBackupCheck: key } : {}
+  const source = c.metadata.annotations?.[annotationDrillSource]
+  return key ? { fleetBackupCheck: key, ...(source ? { drillSource: source } : {}) } : {}
 }
 
 /** One cached check as every view shows it (see checkViews); `unseen` is unseenBecause(m). */
@@ -372,6 +375,7 @@ export const memberClusterStatus = (
   }
   return {
     ...(m.source ? { source: m.source } : {}),
+    ...(m.properties && m.properties.length > 0 ? { properties: [...m.properties] } : {}),
     conditions,
     counts: countChecks(checks),
     ...(m.probe.kubernetesVersion ? { kubernetesVersion: m.probe.kubernetesVersion } : {}),

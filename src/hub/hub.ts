@@ -186,7 +186,7 @@ export const runHub = Effect.fnUntraced(function* (
       resyncMs: config.resyncPeriodMs,
       reportingInstance: identity,
       views: fleetChecks,
-      onView: (v) => metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts),
+      onView: (v) => metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts, v.drills),
       onGone: (namespace, name) => metrics.deleteFleetCheck(namespace, name),
     })
     yield* runRegistration({

@@ -36,7 +36,7 @@
 // credentials, so it survives restarts.
 import type { KubeConfig, V1ObjectMeta, V1Secret } from "@kubernetes/client-node"
 import { Clock, Effect, Fiber, FiberMap, type Scope, type Semaphore } from "effect"
-import type { RegistrationSource } from "../api/membercluster.ts"
+import { maxClusterProperties, type RegistrationSource } from "../api/membercluster.ts"
 import {
   engagedScopesAnnotation,
   finalizerName,
@@ -49,6 +49,7 @@ import {
   checkClusterProfile,
   clusterProfileGroup,
   clusterProfilePlural,
+  clusterProfileProperties,
   clusterProfileVersions,
 } from "../clusterprofile/profile.ts"
 import type { AccessProviders } from "../clusterprofile/provider-file.ts"
@@ -787,6 +788,9 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         members.set(name, entry)
       }
       entry.labels = labels
+      entry.properties = isProfile(secret)
+        ? clusterProfileProperties(secret, maxClusterProperties)
+        : undefined
       if (labelled) {
         entry.source = sourceOf(secret)
         st.source = entry.source.kind

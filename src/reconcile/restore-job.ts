@@ -55,6 +55,7 @@ export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
     { name: "FLEETCHECK_BACKUP_NAME", value: check.spec.backup.name },
     { name: "FLEETCHECK_BACKUP_SOURCE", value: check.spec.backup.source ?? "" },
     { name: "FLEETCHECK_EXPECTED_CHECKSUM", value: check.spec.backup.checksum ?? "" },
+    { name: "FLEETCHECK_BACKUP_CLUSTER", value: check.spec.backup.cluster ?? "" },
     { name: "FLEETCHECK_CLUSTER", value: cluster },
     { name: "FLEETCHECK_RUN_ID", value: runID },
     { name: "TRACEPARENT", value: input.traceparent },

@@ -9,6 +9,8 @@ import { sleep, waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const ns = "apps"
+/** Where the drill tests' checks live (its own namespace, so Pod Security there touches only drills). */
+const drillNs = "drills"
 const group = "/apis/fleetcheck.io/v1alpha1"
 const placedLabel = "fleetcheck.io/fleetbackupcheck"
 
@@ -130,7 +132,8 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
     for (const m of members) {
       const r = await m.kubectl(["apply", "--server-side", "-f", `${crdDir}/fleetcheck.io_backupchecks.yaml`])
       expect(r.code, r.stderr).toBe(0)
-      expect((await m.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
+      for (const name of [ns, drillNs])
+        expect((await m.api("POST", "/api/v1/namespaces", { metadata: { name } })).status).toBe(201)
     }
     for (const [c, crd] of [
       ...members.map((m) => [m, "backupchecks"] as const),
@@ -469,6 +472,234 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
       `${crdDir}/fleetcheck.io_backupchecks.yaml`,
     ])
     expect(r.code, r.stderr).toBe(0)
+  })
+
+  // Cross-cluster drills (spec.drill): m1's backup restored in m2. Every claim is read from m1's and m2's
+  // own API servers (the drill check, its Job's env, the annotation on m1's check) and from the hub's
+  // FleetBackupCheck object; the fleet API, dashboard and metrics are checked to agree.
+  const drillCheck = (name: string, drill: unknown, backup = `${name}-backup`) => {
+    const fbc = fleetCheck(
+      name,
+      { matchLabels: { env: "prod", region: "eu" } },
+      { namespace: drillNs, backup },
+    )
+    return {
+      ...fbc,
+      spec: {
+        ...fbc.spec,
+        template: {
+          ...fbc.spec.template,
+          spec: { ...fbc.spec.template.spec, backup: { name: backup, source: `s3://backups/m1/${backup}` } },
+        },
+        drill,
+      },
+    }
+  }
+  const drillChecksIn = async (m: LocalCluster, fbc: string) =>
+    (await placedIn(m, fbc)).filter((c) => c.metadata.labels["fleetcheck.io/drill-source"] !== undefined)
+  const drillsOnSource = async (fbc: string) => {
+    const check = (await member("m1").api("GET", `${group}/namespaces/${drillNs}/backupchecks/${fbc}`)).body
+    const raw = check.metadata?.annotations?.["fleetcheck.io/drills"]
+    return raw === undefined ? undefined : (JSON.parse(raw) as any[])
+  }
+  const patchBackup = async (fbc: string, backup: string) => {
+    const r = await hubCluster.kubectl([
+      "patch",
+      "-n",
+      hubNamespace,
+      `fbc/${fbc}`,
+      "--type=merge",
+      "-p",
+      JSON.stringify({ spec: { template: { spec: { backup: { name: backup } } } } }),
+    ])
+    expect(r.code, r.stderr).toBe(0)
+  }
+
+  it("a drill restores m1's backup reference in m2: the verdict on both sides, in the FleetBackupCheck and every view", async () => {
+    const started = Date.now()
+    await apply(drillCheck("xdr", { targetClusters: ["m2"], period: "1h" }))
+    const wait = await hubCluster.kubectl([
+      "wait",
+      "--for=condition=FleetVerified",
+      "-n",
+      hubNamespace,
+      "fbc/xdr",
+      "--timeout=90s",
+    ])
+    expect(wait.code, wait.stderr).toBe(0)
+    // Target side, from m2's API server: one drill check, m1's backup reference, its own verdict.
+    const [drill, ...more] = await drillChecksIn(member("m2"), "xdr")
+    expect(more).toEqual([])
+    expect(drill.metadata.name).toMatch(/^xdr-drill-m1-r\d+$/)
+    expect(drill.metadata.namespace).toBe(drillNs)
+    expect(drill.metadata.labels["fleetcheck.io/drill-source"]).toBe("m1")
+    expect(drill.spec.backup).toEqual({
+      name: "xdr-backup",
+      source: "s3://backups/m1/xdr-backup",
+      cluster: "m1",
+    })
+    expect(cond(drill, "Verified")).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+    // m2's restore Job received m1's backup and the source cluster's name, as any restore Job receives its backup.
+    const jobs = await member("m2").api(
+      "GET",
+      `/apis/batch/v1/namespaces/${drillNs}/jobs?labelSelector=${encodeURIComponent(`fleetcheck.io/backupcheck=${drill.metadata.name}`)}`,
+    )
+    expect(jobs.body.items.length).toBeGreaterThan(0)
+    const env = Object.fromEntries(
+      jobs.body.items[0].spec.template.spec.containers[0].env.map((e: any) => [e.name, e.value]),
+    )
+    expect(env).toMatchObject({
+      FLEETCHECK_BACKUP_NAME: "xdr-backup",
+      FLEETCHECK_BACKUP_SOURCE: "s3://backups/m1/xdr-backup",
+      FLEETCHECK_BACKUP_CLUSTER: "m1",
+      FLEETCHECK_CLUSTER: "m2",
+    })
+    // Only m1 is a source (the selector), only m2 a target: nothing else anywhere.
+    expect(await placedMap("xdr")).toEqual({ m1: ["xdr"], m2: [drill.metadata.name], m3: [] })
+    // Source side, from m1's API server: the latest drill verdict per target on m1's placed check.
+    const onSource = await waitUntil("m1's check records the drill", 30_000, async () => {
+      const d = await drillsOnSource("xdr")
+      return d?.[0]?.verified === "True" ? d : undefined
+    })
+    expect(onSource).toEqual([
+      expect.objectContaining({
+        target: "m2",
+        state: "Current",
+        verified: "True",
+        reason: "RestoreSucceeded",
+      }),
+    ])
+    // The FleetBackupCheck: the pair, the direction, when, the result.
+    const fbc = await getFbc("xdr")
+    expect(cond(fbc, "FleetVerified")).toMatchObject({ status: "True", reason: "AllVerified" })
+    expect(cond(fbc, "FleetVerified").message).toMatch(/drills verified: m1 → m2/)
+    expect(fbc.status.drills).toEqual([
+      expect.objectContaining({
+        source: "m1",
+        target: "m2",
+        state: "Current",
+        check: drill.metadata.name,
+        verified: "True",
+        reason: "RestoreSucceeded",
+      }),
+    ])
+    expect(Date.parse(fbc.status.drills[0].lastSuccessfulTime)).toBeGreaterThanOrEqual(
+      Math.floor(started / 1000) * 1000,
+    )
+    // The fleet API, the dashboard and the metrics show the drill by source and target.
+    const view = (await (await fetch(`${hub.url}/api/v1/fleet`)).json()) as any
+    expect(view.fleetChecks.find((f: any) => f.name === "xdr").drills).toEqual([
+      expect.objectContaining({ source: "m1", target: "m2", state: "Current", status: "True" }),
+    ])
+    expect(view.checks.find((c: any) => c.cluster === "m2" && c.name === drill.metadata.name)).toMatchObject({
+      drillSource: "m1",
+      fleetBackupCheck: `${hubNamespace}/xdr`,
+      status: "True",
+    })
+    const dashboard = await (await fetch(`${hub.url}/`)).text()
+    expect(dashboard).toMatch(/m1 → m2/)
+    const metrics = await (await fetch(`${hub.url}/metrics`)).text()
+    expect(metrics).toMatch(
+      /^fleetcheck_fleetbackupcheck_drill_verified\{namespace="fleetcheck-system",name="xdr",source="m1",target="m2"\} 1$/m,
+    )
+  })
+
+  it("a drill failing in its target: FleetVerified=False naming the pair, on both sides; fixed: True again", async () => {
+    const pss = (value: string | null) =>
+      member("m2").kubectl([
+        "label",
+        "--overwrite",
+        "namespace",
+        drillNs,
+        value === null
+          ? "pod-security.kubernetes.io/enforce-"
+          : `pod-security.kubernetes.io/enforce=${value}`,
+      ])
+    expect((await pss("restricted")).code).toBe(0)
+    let sawTrue = false
+    try {
+      await patchBackup("xdr", "xdr-backup-2")
+      const failing = await fbcWhere("xdr", "FleetVerified=False", (o) => {
+        if (cond(o, "FleetVerified")?.status === "True" && o.status?.observedGeneration === 2) sawTrue = true
+        return cond(o, "FleetVerified")?.status === "False" ? o : undefined
+      })
+      expect(cond(failing, "FleetVerified")).toMatchObject({ reason: "DrillFailing", observedGeneration: 2 })
+      expect(cond(failing, "FleetVerified").message).toMatch(/drills failing: m1 → m2 \(RestoreTimedOut/)
+      expect(failing.status.drills[0]).toMatchObject({ source: "m1", target: "m2", verified: "False" })
+      // m1's own restore passed: it is the drill, not the source, that failed.
+      expect(failing.status.clusters).toEqual([expect.objectContaining({ name: "m1", verified: "True" })])
+      const [drill] = await drillChecksIn(member("m2"), "xdr")
+      expect(drill.spec.backup).toMatchObject({ name: "xdr-backup-2", cluster: "m1" })
+      expect(cond(drill, "Verified")).toMatchObject({ status: "False", reason: "RestoreTimedOut" })
+      const onSource = await waitUntil("m1's check records the failed drill", 30_000, async () => {
+        const d = await drillsOnSource("xdr")
+        return d?.[0]?.verified === "False" ? d : undefined
+      })
+      expect(onSource[0]).toMatchObject({ target: "m2", reason: "RestoreTimedOut" })
+      const view = (await (await fetch(`${hub.url}/api/v1/fleet`)).json()) as any
+      const xdr = view.fleetChecks.find((f: any) => f.name === "xdr")
+      expect(xdr.verified.status).toBe("False")
+      expect(xdr.drills[0]).toMatchObject({ source: "m1", target: "m2", status: "False" })
+      const metrics = await (await fetch(`${hub.url}/metrics`)).text()
+      expect(metrics).toMatch(
+        /^fleetcheck_fleetbackupcheck_drill_verified\{[^}]*name="xdr",source="m1",target="m2"\} 0$/m,
+      )
+      for (let i = 0; i < 4; i++) {
+        if (cond(await getFbc("xdr"), "FleetVerified")?.status === "True") sawTrue = true
+        await sleep(250)
+      }
+    } finally {
+      expect((await pss(null)).code).toBe(0)
+    }
+    expect(sawTrue).toBe(false)
+    await patchBackup("xdr", "xdr-backup-3")
+    await fbcWhere(
+      "xdr",
+      "True for generation 3",
+      (o) => cond(o, "FleetVerified")?.status === "True" && cond(o, "FleetVerified").observedGeneration === 3,
+      90_000,
+    )
+    expect((await getFbc("xdr")).status.drills[0]).toMatchObject({ verified: "True" })
+    await deleteFbc("xdr")
+    expect(await placedMap("xdr")).toEqual({ m1: [], m2: [], m3: [] })
+  })
+
+  it("bad drill input gets a clear condition or error: the only target is the source, no target, a bad period", async () => {
+    await apply(drillCheck("xdr-self", { targetClusters: ["m1"], period: "1h" }))
+    const self = await fbcWhere(
+      "xdr-self",
+      "DrillTargetIsSource",
+      (o) => cond(o, "FleetVerified")?.status === "False",
+    )
+    expect(cond(self, "FleetVerified")).toMatchObject({ reason: "DrillTargetIsSource" })
+    expect(cond(self, "FleetVerified").message).toMatch(/leaves only m1 itself as the drill target of m1/)
+    await apply(drillCheck("xdr-none", { targetSelector: { matchLabels: { region: "mars" } }, period: "1h" }))
+    const none = await fbcWhere(
+      "xdr-none",
+      "NoDrillTargets",
+      (o) => cond(o, "FleetVerified")?.status === "False",
+    )
+    expect(cond(none, "FleetVerified")).toMatchObject({ reason: "NoDrillTargets" })
+    expect(cond(none, "FleetVerified").message).toMatch(
+      /targetSelector \(region=mars\) matches no MemberCluster/,
+    )
+    // Nothing was placed as a drill anywhere for either.
+    for (const m of members)
+      for (const name of ["xdr-self", "xdr-none"]) expect(await drillChecksIn(m, name)).toEqual([])
+    // The API server refuses a bad period and an ambiguous target, naming the field.
+    for (const [drill, message] of [
+      [{ targetClusters: ["m2"], period: "1s" }, /spec\.drill\.period.*between 1m and 8784h/],
+      [{ targetClusters: ["m2"], period: "soon" }, /spec\.drill\.period/],
+      [
+        { targetClusters: ["m2"], targetSelector: {}, period: "1h" },
+        /set exactly one of targetClusters and targetSelector/,
+      ],
+    ] as const) {
+      const res = await hubCluster.api("POST", fbcPath(), drillCheck("xdr-bad", drill))
+      expect(res.status, JSON.stringify(res.body)).toBe(422)
+      expect(res.body.message).toMatch(message)
+    }
+    for (const name of ["xdr-self", "xdr-none"]) await deleteFbc(name)
   })
 
   it("a member unreachable: FleetVerified=Unknown naming it, never True; back: True", async () => {

@@ -113,6 +113,41 @@ describe("fleetcheck status pages", () => {
     assert.strictEqual(json.fleetChecks.length, 1)
   })
 
+  it("shows drills by source and target; a failed drill makes it exit 1", async () => {
+    const view = {
+      ...fleetCheckView("xdr", "False", [{ name: "cluster-0", status: "True" }]),
+      drills: [
+        {
+          source: "cluster-0",
+          target: "cluster-1",
+          state: "Current",
+          status: "False" as const,
+          reason: "RestoreTimedOut",
+        },
+        {
+          source: "cluster-0",
+          target: "cluster-2",
+          state: "Previous",
+          status: "True" as const,
+          reason: "RestoreSucceeded",
+          lastSuccessfulTime: "2026-12-01T03:00:00Z",
+        },
+      ],
+    }
+    fleetChecks.set("fleetcheck-system/xdr", view)
+    const r = await run(["--hub", hub, "--limit", "2"])
+    assert.strictEqual(r.code, 1)
+    assert.match(r.out, /FLEET CHECK\s+DRILL \(SOURCE -> TARGET\)\s+ROUND\s+VERIFIED\s+REASON\s+LAST SUCCESS/)
+    assert.match(
+      r.out,
+      /fleetcheck-system\/xdr\s+cluster-0 -> cluster-1\s+Current\s+False\s+RestoreTimedOut\s+never/,
+    )
+    assert.match(
+      r.out,
+      /fleetcheck-system\/xdr\s+cluster-0 -> cluster-2\s+Previous\s+True\s+RestoreSucceeded\s+2026-12-01T03:00:00Z/,
+    )
+  })
+
   it("exits 3 when a later page cannot be read", async () => {
     process.env.STATUS_TEST_FAIL_THIRD = "1"
     const r = await run(["--hub", hub, "--limit", "2"])

@@ -1,7 +1,8 @@
 // The overview's FleetBackupChecks section: one row per FleetBackupCheck (failing first) with its
 // FleetVerified verdict, how many selected clusters hold the placed check and verified it, and each
-// selected cluster with its own verdict, linked to the placed check's page. Never green for a cluster
-// the hub cannot vouch for: each cluster's status is its placed check's view (fleet.ts rules).
+// selected cluster with its own verdict, linked to the placed check's page, and its cross-cluster
+// drills (source → target, linked to the drill check in the target). Never green for a cluster or
+// drill the hub cannot vouch for: each status is its check's view (fleet.ts rules).
 import type { FleetCheckView } from "../../api/fleet.ts"
 import { type Html, html, nothing } from "../html.ts"
 import { badge, checkHref, clamped, clusterHref, plural } from "./layout.ts"
@@ -20,6 +21,18 @@ const clusterChip = (f: FleetCheckView, c: FleetCheckView["clusters"][number]): 
   }</li>`
 }
 
+/** A drill pair, `source → target`, linked to the drill check in the target; earlier pairs muted. */
+const drillChip = (f: FleetCheckView, d: NonNullable<FleetCheckView["drills"]>[number]): Html => {
+  const title = `${d.source}'s backup restored in ${d.target} (${d.state}${d.since ? ` since ${d.since}` : ""}): ${d.reason}${d.message ? `: ${d.message}` : ""}`
+  const link =
+    d.check && f.check
+      ? checkHref({ cluster: d.target, namespace: f.check.namespace, name: d.check })
+      : clusterHref(d.target)
+  return html`<li><a href="${link}" title="${title}">${d.source} → ${d.target}</a> ${badge(d.status)}${
+    d.state === "Current" ? nothing : html` <span class="muted">earlier</span>`
+  }</li>`
+}
+
 const row = (f: FleetCheckView): Html => {
   const shown = f.clusters.slice(0, maxClustersShown)
   const more = f.clusters.length - shown.length
@@ -32,7 +45,17 @@ const row = (f: FleetCheckView): Html => {
   }</td>
   <td class="msg"><div class="reason" title="${f.verified.reason}">${f.verified.reason}</div>${clamped(f.verified.message)}</td>
   <td class="num">${f.counts.verified} / ${f.counts.selected}</td>
-  <td><ul class="chips">${shown.map((c) => clusterChip(f, c))}${more > 0 ? html`<li class="muted">and ${more} more</li>` : nothing}</ul></td>
+  <td><ul class="chips">${shown.map((c) => clusterChip(f, c))}${more > 0 ? html`<li class="muted">and ${more} more</li>` : nothing}</ul>${
+    f.drills && f.drills.length > 0
+      ? html`<div class="muted">drills (source → target)</div><ul class="chips">${f.drills
+          .slice(0, maxClustersShown)
+          .map((d) => drillChip(f, d))}${
+          f.drills.length > maxClustersShown
+            ? html`<li class="muted">and ${f.drills.length - maxClustersShown} more</li>`
+            : nothing
+        }</ul>`
+      : nothing
+  }</td>
 </tr>`
 }
 

@@ -22,6 +22,7 @@ import type { BackupCheck } from "../../api/backupcheck.ts"
 import { setStatusCondition, toKubeTime } from "../../api/condition.ts"
 import type { FleetCheckView } from "../../api/fleet.ts"
 import {
+  type ClusterDrill,
   type ClusterPlacement,
   type FleetBackupCheck,
   type FleetBackupCheckStatus,
@@ -34,8 +35,9 @@ import {
   placementLabelValue,
 } from "../../api/fleetbackupcheck.ts"
 import { describeSelector, selectorMatches } from "../../api/label-selector.ts"
-import type { MemberCluster } from "../../api/membercluster.ts"
+import { type MemberCluster, propertiesOf } from "../../api/membercluster.ts"
 import {
+  annotationDrills,
   apiVersion,
   fleetBackupCheckKind,
   labelFleetBackupCheck,
@@ -49,6 +51,18 @@ import { makeWorkQueue } from "../../engine/workqueue/workqueue.ts"
 import { isNotFound, KubeApiError, type KubeClient } from "../../kube/client.ts"
 import { backupChecks, events, fleetBackupChecks, memberClusters, pathOf } from "../../kube/resources.ts"
 import { checkView, type MemberAccess, type MemberEntry, unseenBecause } from "../fleet-state.ts"
+import {
+  type DrillVerdicts,
+  drillCheckOf,
+  drillEntry,
+  judgeDrills,
+  mergeDrills,
+  periodMsOf,
+  planDrills,
+  roundOf,
+  sourceAnnotation,
+  withDrills,
+} from "./drill.ts"
 import {
   countsOf,
   fleetConditions,
@@ -140,6 +154,22 @@ const viewOf = (
       ...(c.lastSuccessfulTime ? { lastSuccessfulTime: c.lastSuccessfulTime } : {}),
       ...(c.lastRun ? { runID: c.lastRun.runID } : {}),
     })),
+    ...(status.drills && status.drills.length > 0
+      ? {
+          drills: status.drills.map((d) => ({
+            source: d.source,
+            target: d.target,
+            state: d.state,
+            status: d.verified,
+            reason: d.reason,
+            ...(d.check ? { check: d.check } : {}),
+            ...(d.since ? { since: d.since } : {}),
+            ...(d.message ? { message: d.message } : {}),
+            ...(d.lastSuccessfulTime ? { lastSuccessfulTime: d.lastSuccessfulTime } : {}),
+            ...(d.lastRun ? { runID: d.lastRun.runID } : {}),
+          })),
+        }
+      : {}),
   }
 }
 
@@ -171,7 +201,11 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
   clusters.addHandler({
     onAdd: enqueueAll,
     onUpdate: (a, b) => {
-      if (stableJson(a.metadata.labels ?? {}) !== stableJson(b.metadata.labels ?? {})) enqueueAll()
+      if (
+        stableJson(a.metadata.labels ?? {}) !== stableJson(b.metadata.labels ?? {}) ||
+        stableJson(a.status?.properties ?? []) !== stableJson(b.status?.properties ?? [])
+      )
+        enqueueAll()
     },
     onDelete: enqueueAll,
   })
@@ -283,8 +317,11 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
     )
   }
 
-  /** Brings the placed check in one selected cluster to the template; returns its status entry. */
-  const placeIn = (fbc: FleetBackupCheck, want: PlacedCheck, cluster: string) =>
+  /**
+   * Brings the placed check (or a drill check: `slot` keeps its Events and backoff apart) in one
+   * cluster to what `want` says; returns its status entry.
+   */
+  const placeIn = (fbc: FleetBackupCheck, want: PlacedCheck, cluster: string, slot = "") =>
     Effect.gen(function* () {
       const seen = visible(members.get(cluster))
       if (!seen.access) return unverifiedEntry(cluster, "Pending", seen.unseen.reason, seen.unseen.message)
@@ -293,14 +330,14 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       const where = `${want.namespace}/${want.name}`
       if (access.namespaces !== undefined && !access.namespaces.includes(want.namespace)) {
         const message = `namespace ${want.namespace} is outside the member's scope (fleetcheck.io/namespaces: ${access.namespaces.join(",")})`
-        yield* announce(fbc, cluster, fleetEventReasons.PlacementRefused, message)
+        yield* announce(fbc, cluster + slot, fleetEventReasons.PlacementRefused, message)
         return unverifiedEntry(cluster, "Refused", "OutOfScope", message, "False")
       }
       const existing = access.checks.store.get(where)
       if (existing && !isPlacedBy(existing, labelValue)) {
         const owner = existing.metadata.labels?.[labelFleetBackupCheck]
         const message = `BackupCheck ${where} exists and was not placed by this FleetBackupCheck (${owner ? `placed by ${owner}` : "written by hand"}); it is left alone`
-        yield* announce(fbc, cluster, fleetEventReasons.PlacementConflict, message)
+        yield* announce(fbc, cluster + slot, fleetEventReasons.PlacementConflict, message)
         return unverifiedEntry(cluster, "Conflict", "NameConflict", message, "False")
       }
       if (existing?.metadata.deletionTimestamp)
@@ -311,10 +348,10 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
           `the earlier placed check ${where} is being deleted; it is placed again once it is gone`,
         )
       if (existing && isCurrent(existing, want)) {
-        announced.delete(`${checkKeyOf(fbc)} ${cluster}`)
+        announced.delete(`${checkKeyOf(fbc)} ${cluster}${slot}`)
         return placedEntry(cluster, checkView(entry, existing), existing)
       }
-      const refusalKey = `${checkKeyOf(fbc)} ${cluster}`
+      const refusalKey = `${checkKeyOf(fbc)} ${cluster}${slot}`
       const now = yield* Clock.currentTimeMillis
       const last = refused.get(refusalKey)
       if (last && last.hash === want.hash && now < last.retryAt)
@@ -350,7 +387,7 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       if (refusal) {
         const message = `the member refused BackupCheck ${where}: ${refusal}`
         refused.set(refusalKey, { hash: want.hash, message, retryAt: now + refusals.when(refusalKey, now) })
-        yield* announce(fbc, cluster, fleetEventReasons.PlacementRefused, message)
+        yield* announce(fbc, cluster + slot, fleetEventReasons.PlacementRefused, message)
         return unverifiedEntry(cluster, "Refused", "PlacementRefused", message, "False")
       }
       yield* Effect.logWarning("writing a placed check failed; retrying").pipe(
@@ -445,7 +482,11 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
     resourceVersion: string | undefined,
     entries: ReadonlyArray<ClusterPlacement>,
     conditions: ReturnType<typeof fleetConditions>,
-    shown: { readonly selector: string; readonly check?: { namespace: string; name: string } },
+    shown: {
+      readonly selector: string
+      readonly check?: { namespace: string; name: string }
+      readonly drills?: ReadonlyArray<ClusterDrill>
+    },
   ) =>
     Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
@@ -457,6 +498,7 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
         conditions: next ?? [],
         counts: countsOf(sorted),
         clusters: sorted,
+        ...(shown.drills && shown.drills.length > 0 ? { drills: [...shown.drills] } : {}),
       }
       const view = viewOf(fbc, status, shown)
       options.views.set(checkKeyOf(fbc), view)
@@ -466,7 +508,11 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
         method: "PATCH",
         path: pathOf(fleetBackupChecks, { namespace, name: fbc.metadata.name, subresource: "status" }),
         contentType: "application/merge-patch+json",
-        body: { metadata: { resourceVersion }, status },
+        // A merge patch keeps what it does not mention: drills gone from the spec are removed by null.
+        body: {
+          metadata: { resourceVersion },
+          status: fbc.status?.drills && !status.drills ? { ...status, drills: null } : status,
+        },
       })
     })
 
@@ -476,6 +522,90 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       path: pathOf(fleetBackupChecks, { namespace, name: fbc.metadata.name }),
       contentType: "application/merge-patch+json",
       body: { metadata: { resourceVersion: fbc.metadata.resourceVersion, finalizers } },
+    })
+
+  /**
+   * Places this round's drill checks (one per source, in its rotated target) and judges them: the
+   * status entries (this round's and the earlier pairs' last verdicts), the drill checks to keep
+   * (`cluster namespace/name`), and when the next round starts.
+   */
+  const drillsOf = (fbc: FleetBackupCheck, want: PlacedCheck, sources: ReadonlyArray<string>, now: number) =>
+    Effect.gen(function* () {
+      const drill = fbc.spec.drill!
+      const periodMs = periodMsOf(drill)
+      const round = roundOf(now, periodMs)
+      const plan = planDrills(
+        drill,
+        sources,
+        clusters.store.list().map((mc) => ({ name: mc.metadata.name, labels: mc.metadata.labels ?? {} })),
+        round,
+      )
+      const current: ClusterDrill[] = []
+      const placed: string[] = []
+      const problems: Array<DrillVerdicts["problems"][number]> = []
+      for (const d of plan) {
+        if (!("target" in d)) {
+          problems.push({ source: d.source, ...d.problem })
+          continue
+        }
+        const check = drillCheckOf(want, d.source, round)
+        placed.push(`${d.target} ${check.namespace}/${check.name}`)
+        const entry = yield* placeIn(fbc, check, d.target, ` (drill of ${d.source})`)
+        current.push(drillEntry(d.source, d.target, check.name, round * periodMs, entry))
+      }
+      const entries = mergeDrills(current, fbc.status?.drills ?? [], new Set(sources))
+      return {
+        entries,
+        placed,
+        verdicts: judgeDrills(entries, problems, now, periodMs),
+        nextRoundAt: (round + 1) * periodMs,
+      }
+    })
+
+  /**
+   * The source side: each source's placed check carries its drills' latest verdict per target
+   * (annotation fleetcheck.io/drills), written by PUT with its resourceVersion when it changed; the
+   * member's reconciler ignores it (no spec change). A source the hub cannot see now waits.
+   */
+  const recordAtSources = (fbc: FleetBackupCheck, want: PlacedCheck, drills: ReadonlyArray<ClusterDrill>) =>
+    Effect.gen(function* () {
+      const labelValue = placementLabelValue(fbc.metadata.namespace, fbc.metadata.name)
+      for (const source of new Set(drills.map((d) => d.source))) {
+        const seen = visible(members.get(source))
+        if (!seen.access) continue
+        const check = seen.access.checks.store.get(`${want.namespace}/${want.name}`)
+        if (!check || !isPlacedBy(check, labelValue) || check.metadata.deletionTimestamp) continue
+        const value = sourceAnnotation(drills, source)
+        if (check.metadata.annotations?.[annotationDrills] === value) continue
+        yield* seen.access.client
+          .request({
+            method: "PUT",
+            path: pathOf(backupChecks, { namespace: want.namespace, name: want.name }),
+            body: {
+              ...check,
+              metadata: {
+                ...check.metadata,
+                annotations: { ...check.metadata.annotations, [annotationDrills]: value },
+              },
+            },
+          })
+          .pipe(
+            // A conflict (the member's reconciler wrote the check meanwhile) is retried next round.
+            Effect.catchIf(
+              (e) => e instanceof KubeApiError && e.status === 409,
+              () => Effect.logDebug("source check changed meanwhile; drill verdicts recorded next round"),
+            ),
+            Effect.catch((e) =>
+              Effect.logWarning("recording drill verdicts on the source's check failed; retrying").pipe(
+                Effect.annotateLogs({
+                  member: source,
+                  check: `${want.namespace}/${want.name}`,
+                  error: e.message,
+                }),
+              ),
+            ),
+          )
+      }
     })
 
   const reconcile = (req: { namespace: string; name: string }) =>
@@ -541,30 +671,44 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       const want = placedCheckOf(parsed.data)
       const selected = clusters.store
         .list()
-        .filter((mc) => selectorMatches(spec.clusterSelector, mc.metadata.labels ?? {}))
+        .filter(
+          (mc) =>
+            selectorMatches(spec.clusterSelector, mc.metadata.labels ?? {}) &&
+            (spec.propertySelector === undefined || selectorMatches(spec.propertySelector, propertiesOf(mc))),
+        )
         .map((mc) => mc.metadata.name)
         .sort()
       const selectedSet = new Set(selected)
       const entries: ClusterPlacement[] = []
       for (const cluster of selected) entries.push(yield* placeIn(parsed.data, want, cluster))
+
+      // Drills: each source's drill check of this round in its target, placed like any check.
+      const now = yield* Clock.currentTimeMillis
+      const drill = spec.drill ? yield* drillsOf(parsed.data, want, selected, now) : undefined
+      const wantedDrill = new Set(drill?.placed ?? [])
       const removing = yield* removeUnwanted(
         fbc,
         (cluster, c) =>
-          selectedSet.has(cluster) && namespaceOf(c) === want.namespace && c.metadata.name === want.name,
+          (selectedSet.has(cluster) && namespaceOf(c) === want.namespace && c.metadata.name === want.name) ||
+          wantedDrill.has(`${cluster} ${checkKeyOf(c)}`),
         selectedSet,
       )
       const all = [...entries, ...removing]
-      yield* writeStatus(
-        fbc,
-        resourceVersion,
-        all,
-        fleetConditions(all, generation, { selector: describeSelector(spec.clusterSelector) }),
-        {
-          selector: describeSelector(spec.clusterSelector),
-          check: { namespace: want.namespace, name: want.name },
-        },
-      )
-      return again
+      const selector = describeSelector(spec.clusterSelector)
+      const [placedCondition, verifiedCondition] = fleetConditions(all, generation, { selector })
+      const conditions =
+        drill && placedCondition && verifiedCondition && selected.length > 0
+          ? [placedCondition, withDrills(verifiedCondition, drill.verdicts)]
+          : fleetConditions(all, generation, { selector })
+      if (drill) yield* recordAtSources(parsed.data, want, drill.entries)
+      yield* writeStatus(fbc, resourceVersion, all, conditions, {
+        selector,
+        check: { namespace: want.namespace, name: want.name },
+        ...(drill ? { drills: drill.entries } : {}),
+      })
+      return drill
+        ? { requeueAfterMs: Math.max(1_000, Math.min(options.statusIntervalMs, drill.nextRoundAt - now)) }
+        : again
     })
 
   // Workers start once both hub caches listed: a half-filled MemberCluster cache would unplace checks.
