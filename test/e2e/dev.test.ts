@@ -63,7 +63,12 @@ describe("fleetcheck dev", () => {
     expect(status.stdout).toMatch(
       /fleetcheck-system\/etcd-snapshots\s+True\s+AllVerified\s+2\/2\s+member-1=True member-2=True/,
     )
+    // The drill sample: member-1's backup restored in member-2 (another region), verified there.
+    expect(status.stdout).toMatch(
+      /fleetcheck-system\/orders-db-cross-region\s+member-1 -> member-2\s+Current\s+True\s+RestoreSucceeded/,
+    )
     const page = await (await fetch(`${url}/`)).text()
+    expect(page).toContain("member-1 → member-2")
     expect(page).toContain("payments-db-weekly")
     expect(page).toContain("checksum mismatch")
     expect(page).toContain("Fleet checks")

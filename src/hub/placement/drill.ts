@@ -195,6 +195,15 @@ export interface DrillVerdicts {
   readonly verified: ReadonlyArray<ClusterDrill>
 }
 
+/** Reasons a drill's target could not be seen (fleet-state.ts unseenBecause): never covered by history. */
+const unseenReasons = new Set([
+  "ClusterUnreachable",
+  "CatchingUp",
+  "CachesNotSynced",
+  "Forbidden",
+  "WatchFailing",
+])
+
 /**
  * Judges each source's drill. A current drill False is failing; True is verified. A current drill not
  * verified yet (its round just began, its run is running) counts as verified only when an earlier drill
@@ -214,7 +223,7 @@ export const judgeDrills = (
     if (d.verified === "False") failing.push(d)
     else if (isVerified({ status: d.verified })) verified.push(d)
     else {
-      const pending = d.reason !== "ClusterUnreachable" && d.reason !== "CatchingUp"
+      const pending = !unseenReasons.has(d.reason)
       const recent = drills.some(
         (p) =>
           p.source === d.source &&
