@@ -74,6 +74,18 @@ export const hubLeaseName = "fleetcheck-hub"
 /** The controller name on Events the hub writes. */
 export const reportingController = "fleetcheck.io/hub"
 
+/**
+ * The access provider `fleetcheck register --clusterprofile` writes into a ClusterProfile, and the name the
+ * hub's provider file gives `fleetcheck credential secret-reader` (KEP-5339's secret reader).
+ */
+export const secretReaderProvider = "fleetcheck-secret-reader"
+/** On a ClusterProfile's token Secret: the API server URL its token may be sent to. */
+export const profileServerAnnotation = "fleetcheck.io/server"
+/** On a ClusterProfile's token Secret (value "true"): written by register, not a registration. */
+export const profileCredentialLabel = "fleetcheck.io/clusterprofile-credential"
+/** spec.clusterManager.name of the ClusterProfiles `fleetcheck register` writes. */
+export const registerClusterManager = "fleetcheck"
+
 /** On every member object `fleetcheck register` applies: the registration that owns it. */
 export const registrationAnnotation = "fleetcheck.io/registration"
 /** On a registration Secret: the kubeconfig context `register` used for the member. */

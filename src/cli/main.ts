@@ -1,11 +1,6 @@
-// fleetcheck's command line. Each command lives in its own module; this file only dispatches.
-import { runDev } from "./dev.ts"
-import { runHubCommand } from "./hub.ts"
-import { registerUsage } from "./register/args.ts"
-import { runRegister } from "./register/register.ts"
-import { runUnregister } from "./register/unregister.ts"
-import { runReport } from "./report.ts"
-import { runStatus } from "./status.ts"
+// fleetcheck's command line. Each command lives in its own module, loaded only when it runs: the hub
+// runs `fleetcheck credential` as an exec plugin, and it should not load the hub to print a token.
+import { credentialUsage, registerUsage } from "./usage.ts"
 
 const usage = `fleetcheck: proves that backups restore, across every cluster you run
 
@@ -16,7 +11,7 @@ ${registerUsage}  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o
   fleetcheck report --since 30d [--hub URL] [--cluster NAME] [--format md|csv|json]
                                  audit evidence: every check's runs in the period, pass rate, restore
                                  times against the objective, last success, staleness and gaps
-  fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
+${credentialUsage}  fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
   fleetcheck help                this text
 
 Every command answers --help; \`fleetcheck hub --help\` lists every hub setting with its
@@ -27,17 +22,19 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
   const [command, ...rest] = argv
   switch (command) {
     case "dev":
-      return runDev(rest)
+      return (await import("./dev.ts")).runDev(rest)
     case "hub":
-      return runHubCommand(rest)
+      return (await import("./hub.ts")).runHubCommand(rest)
     case "status":
-      return runStatus(rest)
+      return (await import("./status.ts")).runStatus(rest)
     case "report":
-      return runReport(rest)
+      return (await import("./report.ts")).runReport(rest)
     case "register":
-      return runRegister(rest)
+      return (await import("./register/register.ts")).runRegister(rest)
     case "unregister":
-      return runUnregister(rest)
+      return (await import("./register/unregister.ts")).runUnregister(rest)
+    case "credential":
+      return (await import("./credential.ts")).runCredential(rest)
     case undefined:
     case "help":
     case "--help":

@@ -34,7 +34,7 @@
 // credentials: the hub says so in a FinalizersNotReleased Event and forgets it (docs/deploy.md says how
 // to release it by hand). Narrowing on the same server is released with the Secret's current
 // credentials, so it survives restarts.
-import type { KubeConfig, V1ObjectMeta, V1Secret } from "@kubernetes/client-node"
+import type { V1ObjectMeta, V1Secret } from "@kubernetes/client-node"
 import { Clock, Effect, Fiber, FiberMap, type Scope, type Semaphore } from "effect"
 import { maxClusterProperties, type RegistrationSource } from "../api/membercluster.ts"
 import {
@@ -73,7 +73,7 @@ import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
 import type { LeaderFence } from "./hub.ts"
 import { runMember, syncMemberCluster } from "./member.ts"
 import { CredentialFeed } from "./member-credential.ts"
-import { releaseScope } from "./registration/release.ts"
+import { type ReleaseCredential, releaseScope } from "./registration/release.ts"
 import {
   admission,
   type Candidate,
@@ -155,8 +155,8 @@ interface Held {
   readonly cluster: ClusterRef
   readonly namespaces: Namespaces
   synced: boolean
-  /** Kubeconfig hash → kubeconfig, oldest first. */
-  readonly credentials: Map<string, KubeConfig>
+  /** Kubeconfig hash → kubeconfig (with a profile's exec extension), oldest first. */
+  readonly credentials: Map<string, ReleaseCredential>
   failures: number
 }
 
@@ -200,9 +200,15 @@ const createdOf = (secret: Registering): string => {
   return typeof t === "string" ? t : t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, "Z") : ""
 }
 
-const addCredential = (held: Held, checked: KubeconfigAccepted) => {
+const addCredential = (
+  held: Held,
+  checked: KubeconfigAccepted & { readonly execClusterConfig?: unknown },
+) => {
   held.credentials.delete(checked.hash)
-  held.credentials.set(checked.hash, checked.kubeConfig)
+  held.credentials.set(checked.hash, {
+    kubeConfig: checked.kubeConfig,
+    ...(checked.execClusterConfig !== undefined ? { execClusterConfig: checked.execClusterConfig } : {}),
+  })
   for (const k of held.credentials.keys()) {
     if (held.credentials.size <= maxCredentials) break
     held.credentials.delete(k)
@@ -509,6 +515,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         const result = yield* releaseScope({
           name,
           credentials: [...h.credentials.values()].reverse(),
+          execTimeoutMs: config.execPluginTimeoutMs,
           namespaces: h.namespaces,
           kept: () => keptOn(h.cluster),
           userAgent: options.userAgent,

@@ -13,10 +13,13 @@ import { runRegister } from "../../src/cli/register/register.ts"
 import { runUnregister } from "../../src/cli/register/unregister.ts"
 import { KubeApiError, type KubeRequest, makeKubeClient } from "../../src/kube/client.ts"
 import { checkKubeconfig, defaultPolicy } from "../../src/kubeconfig/policy.ts"
+import { requestsTo } from "../support/audit.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
+const fleetcheckBin = new URL("../../bin/fleetcheck", import.meta.url).pathname
+const profilesPath = `/apis/multicluster.x-k8s.io/v1alpha2/namespaces/fleetcheck-system/clusterprofiles`
 const bcPath = (ns: string, name = "") =>
   `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks${name ? `/${name}` : ""}`
 const cond = (obj: any, type: string) => (obj?.status?.conditions ?? []).find((c: any) => c.type === type)
@@ -126,7 +129,10 @@ describe("fleetcheck register / unregister", () => {
 
   beforeAll(async () => {
     fleet = await startFleet({
-      clusters: [{ name: "hub", workloads: false, controllerManager: false }, "member"],
+      clusters: [
+        { name: "hub", workloads: false, controllerManager: false },
+        { name: "member", audit: "reads" },
+      ],
     })
     hubCluster = fleet.cluster("hub")
     member = fleet.cluster("member")
@@ -411,4 +417,168 @@ describe("fleetcheck register / unregister", () => {
     r = await unregister("scoped", "--context", "member", "--timeout", "1s")
     expect(r.code, r.stderr).toBe(0)
   })
+
+  it("--clusterprofile: a ClusterProfile and its token Secret, read by a real hub through the secret-reader plugin; a profile aiming that token elsewhere gets nothing; unregister removes both", async () => {
+    // No ClusterProfile API in the hub yet: refused before the member is touched.
+    let r = await register("cp", "--context", "member", "--clusterprofile")
+    expect(r.code).toBe(2)
+    expect(r.stderr).toContain("serves no ClusterProfile API")
+    expect(await statusOf(member, saPath)).toBe(404)
+
+    const crd = await hubCluster.kubectl([
+      "apply",
+      "--server-side",
+      "-f",
+      `${crdDir}/multicluster.x-k8s.io_clusterprofiles.yaml`,
+    ])
+    expect(crd.code, crd.stderr).toBe(0)
+    await hubCluster.kubectl([
+      "wait",
+      "--for=condition=Established",
+      "crd/clusterprofiles.multicluster.x-k8s.io",
+    ])
+    await waitUntil(
+      "ClusterProfiles served",
+      30_000,
+      async () => (await statusOf(hubCluster, profilesPath)) === 200,
+    )
+
+    r = await register(
+      "cp",
+      "--context",
+      "member",
+      "--clusterprofile",
+      "--label",
+      "env=cp",
+      "--namespaces",
+      "apps",
+    )
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout).toContain('"name":"fleetcheck-secret-reader"')
+    const memberServer = parse(member.kubeconfig).clusters[0].cluster.server
+    const profile = (await hubCluster.api("GET", `${profilesPath}/cp`)).body
+    expect(profile.spec.clusterManager).toEqual({ name: "fleetcheck" })
+    expect(profile.metadata.labels).toEqual({ env: "cp", "x-k8s.io/cluster-manager": "fleetcheck" })
+    expect(profile.metadata.annotations["fleetcheck.io/namespaces"]).toBe("apps")
+    expect(profile.status.accessProviders).toHaveLength(1)
+    const provider = profile.status.accessProviders[0]
+    expect(provider.name).toBe("fleetcheck-secret-reader")
+    expect(provider.cluster.server).toBe(memberServer)
+    expect(provider.cluster["certificate-authority-data"]).toBeTruthy()
+    expect(provider.cluster.extensions).toEqual([
+      { name: "client.authentication.k8s.io/exec", extension: { clusterName: "cp" } },
+    ])
+    // The credential lives in the token Secret only: not a registration, not in the profile.
+    const tokenSecret = await secret("cp")
+    expect(tokenSecret.metadata.labels).toEqual({ "fleetcheck.io/clusterprofile-credential": "true" })
+    expect(tokenSecret.metadata.annotations["fleetcheck.io/server"]).toBe(memberServer)
+    expect(Object.keys(tokenSecret.data)).toEqual(["token"])
+    const token = Buffer.from(tokenSecret.data.token, "base64").toString("utf8")
+    expect(JSON.stringify(profile)).not.toContain(token)
+    expect(r.stdout).not.toContain(token)
+    // Without --clusterprofile the same NAME is refused: it is registered the other way.
+    const mixed = await register("cp", "--context", "member")
+    expect(mixed.code).toBe(2)
+    expect(mixed.stderr).toContain("registered through ClusterProfile")
+
+    // A profile of someone else's offering the same provider and naming cp's Secret, but pointing at
+    // another server (here the hub's own API server): the plugin refuses, so that server never sees
+    // cp's token.
+    const hubKc = parse(hubCluster.kubeconfig)
+    const evil = await hubCluster.api("POST", profilesPath, {
+      apiVersion: "multicluster.x-k8s.io/v1alpha2",
+      kind: "ClusterProfile",
+      metadata: { name: "evil", namespace: hubNamespace },
+      spec: { displayName: "evil", clusterManager: { name: "someone" } },
+    })
+    expect(evil.status, JSON.stringify(evil.body)).toBe(201)
+    const evilStatus = await hubCluster.api("PUT", `${profilesPath}/evil/status`, {
+      ...evil.body,
+      status: {
+        accessProviders: [
+          {
+            ...provider,
+            cluster: {
+              ...provider.cluster,
+              server: hubKc.clusters[0].cluster.server,
+              "certificate-authority-data": hubKc.clusters[0].cluster["certificate-authority-data"],
+            },
+          },
+        ],
+      },
+    })
+    expect(evilStatus.status, JSON.stringify(evilStatus.body)).toBe(200)
+
+    const providerFile = join(dir, "providers.json")
+    writeFileSync(
+      providerFile,
+      JSON.stringify({
+        providers: [
+          {
+            name: "fleetcheck-secret-reader",
+            execConfig: {
+              command: fleetcheckBin,
+              args: ["credential", "secret-reader", "--namespace", hubNamespace],
+              // The hub's own kubeconfig (current context: the hub), and this checkout's sources.
+              env: [
+                { name: "KUBECONFIG", value: kubeconfigPath },
+                { name: "FLEETCHECK_FROM_SOURCE", value: "1" },
+              ],
+              provideClusterInfo: true,
+            },
+          },
+        ],
+      }),
+    )
+    const since = new Date()
+    const profileHub = await startHub(hubCluster, { clusterprofileProviderFile: providerFile })
+    try {
+      const mc = await waitUntil("MemberCluster cp Ready", 60_000, async () => {
+        const o = (await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/cp")).body
+        return cond(o, "Ready")?.status === "True" ? o : undefined
+      })
+      expect(mc.status.source).toEqual({ kind: "ClusterProfile", name: "cp" })
+      expect(mc.metadata.labels).toEqual({ env: "cp", "x-k8s.io/cluster-manager": "fleetcheck" })
+      expect(cond(mc, "CredentialsValid")).toMatchObject({ status: "True" })
+      expect((await member.api("POST", bcPath("apps"), check("via-profile", "apps"))).status).toBe(201)
+      await waitUntil("via-profile Verified=True", 60_000, async () => {
+        const o = (await member.api("GET", bcPath("apps", "via-profile"))).body
+        return cond(o, "Verified")?.status === "True"
+      })
+      // The member's audit log: the hub's requests carried register's identity.
+      expect(
+        requestsTo(member, {
+          user: "system:serviceaccount:fleetcheck-system:fleetcheck-hub-identity",
+          userAgent: /^fleetcheck-hub\//,
+          since,
+        }).length,
+      ).toBeGreaterThan(0)
+      const refused = await waitUntil("evil refused", 30_000, async () => {
+        const o = (await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/evil")).body
+        const c = cond(o, "CredentialsValid")
+        return c?.status === "False" ? c : undefined
+      })
+      expect(refused.reason).toBe("ExecPluginFailed")
+      expect(refused.message).toContain("exec credential plugin failed")
+      expect(refused.message).not.toContain(token)
+      expect(
+        cond((await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/evil")).body, "Ready")
+          ?.status,
+      ).not.toBe("True")
+      expect((await hubCluster.api("DELETE", `${profilesPath}/evil`)).status).toBe(200)
+
+      r = await unregister("cp", "--timeout", "30s")
+      expect(r.code, r.stderr).toBe(0)
+      expect(r.stdout).toContain("deleted ClusterProfile fleetcheck-system/cp")
+      expect(r.stdout).toContain("MemberCluster cp is gone")
+      expect(r.stdout).toContain("deleted Secret fleetcheck-system/cp (the ClusterProfile's token)")
+    } finally {
+      await profileHub.stop()
+    }
+    expect(await statusOf(hubCluster, `${profilesPath}/cp`)).toBe(404)
+    expect(await statusOf(hubCluster, `/api/v1/namespaces/${hubNamespace}/secrets/cp`)).toBe(404)
+    expect(await statusOf(member, saPath)).toBe(404)
+    const bc = (await member.api("GET", bcPath("apps", "via-profile"))).body
+    expect(bc.metadata.finalizers ?? []).not.toContain("fleetcheck.io/cleanup")
+  }, 240_000)
 })

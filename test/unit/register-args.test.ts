@@ -54,6 +54,7 @@ describe("register arguments", () => {
         "--member-server",
         "https://10.0.0.1:6443",
         "--force",
+        "--clusterprofile",
       )
       assert.deepStrictEqual(a, {
         name: "prod-eu.1",
@@ -63,6 +64,7 @@ describe("register arguments", () => {
         tokenSeconds: 720 * 3600,
         memberServer: "https://10.0.0.1:6443",
         force: true,
+        clusterprofile: true,
         kubeconfig: "/tmp/kc",
         hubContext: "hub",
         hubNamespace: "fc",
@@ -80,6 +82,7 @@ describe("register arguments", () => {
       assert.strictEqual(a.hubContext, undefined)
       assert.strictEqual(a.kubeconfig, undefined)
       assert.strictEqual(a.force, false)
+      assert.strictEqual(a.clusterprofile, false)
       assert.deepStrictEqual(a.labels, {})
     }),
   )

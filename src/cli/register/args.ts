@@ -10,23 +10,6 @@ import { parseNamespaces } from "../../kubeconfig/policy.ts"
 /** The command line is wrong: the command prints the message and exits 2. */
 export class UsageError extends Data.TaggedError("UsageError")<{ readonly message: string }> {}
 
-export const registerCommandUsage = `  fleetcheck register NAME --context CTX [--label k=v ...] [--namespaces a,b]
-      [--kubeconfig FILE] [--hub-context CTX] [--hub-namespace NS] [--token-expiration 8760h]
-      [--member-server URL] [--force]
-                                 install the hub's identity (CRD, ServiceAccount, RBAC, token) in the
-                                 member of context CTX and write the registration Secret NAME in the hub
-                                 (the current context, or --hub-context); re-run to update or renew
-`
-
-export const unregisterCommandUsage = `  fleetcheck unregister NAME [--context CTX] [--timeout 60s] [--delete-crd]
-      [--kubeconfig FILE] [--hub-context CTX] [--hub-namespace NS] [--force]
-                                 delete the Secret, wait for the hub to let go, then remove the identity
-                                 and any fleetcheck finalizer from the member (BackupChecks and CRD stay)
-`
-
-/** Both commands, for `fleetcheck help`. */
-export const registerUsage = registerCommandUsage + unregisterCommandUsage
-
 /** A year: the token lifetime when --token-expiration is not given. */
 export const defaultTokenSeconds = 365 * 24 * 60 * 60
 /** The apiserver's minimum for TokenRequest. */
@@ -55,6 +38,8 @@ export interface RegisterArgs extends HubArgs {
   readonly memberServer: string | undefined
   /** Take over an identity another registration holds. */
   readonly force: boolean
+  /** Write a ClusterProfile and its token Secret instead of a registration Secret. */
+  readonly clusterprofile: boolean
 }
 
 export interface UnregisterArgs extends HubArgs {
@@ -156,6 +141,7 @@ export const parseRegisterArgs = Effect.fnUntraced(function* (
     "token-expiration": { type: "string" },
     "member-server": { type: "string" },
     force: { type: "boolean", default: false },
+    clusterprofile: { type: "boolean", default: false },
   })
   const name = yield* checkName(positionals, "register")
   const memberContext = values.context
@@ -183,6 +169,7 @@ export const parseRegisterArgs = Effect.fnUntraced(function* (
       tokenSeconds,
       memberServer: values["member-server"],
       force: values.force,
+      clusterprofile: values.clusterprofile,
       kubeconfig: values.kubeconfig,
       hubContext: values["hub-context"],
       hubNamespace: values["hub-namespace"],

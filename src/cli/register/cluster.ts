@@ -127,7 +127,10 @@ export const listOwned = (cluster: Cluster, kind: "Role" | "RoleBinding", name: 
     })
     .pipe(
       Effect.map((list) =>
-        list.items.filter((o) => o.metadata.annotations?.[registrationAnnotation] === name),
+        list.items
+          .filter((o) => o.metadata.annotations?.[registrationAnnotation] === name)
+          // A list's items carry no kind of their own.
+          .map((o) => ({ ...o, kind })),
       ),
     )
 

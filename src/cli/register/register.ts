@@ -9,7 +9,8 @@
 //              previous, wider registration is removed
 //   token      TokenRequest → a kubeconfig with server, CA data and token inline, checked against the
 //              hub's own policy before it is written
-//   hub        the registration Secret, labelled and annotated (context, namespaces)
+//   hub        the registration Secret, labelled and annotated (context, namespaces); with
+//              --clusterprofile a ClusterProfile and its token Secret instead (./profile.ts)
 import { readFileSync } from "node:fs"
 import type { KubeConfig } from "@kubernetes/client-node"
 import { Effect } from "effect"
@@ -18,14 +19,17 @@ import {
   createdByAnnotation,
   memberContextAnnotation,
   namespacesAnnotation,
+  profileCredentialLabel,
   registrationAnnotation,
   registrationKubeconfigKey,
   registrationLabel,
+  secretReaderProvider,
 } from "../../api/names.ts"
 import { defaultHubConfig } from "../../hub/config.ts"
 import { backupChecks, pathOf, serviceAccounts } from "../../kube/resources.ts"
 import { checkKubeconfig, defaultPolicy } from "../../kubeconfig/policy.ts"
-import { parseRegisterArgs, type RegisterArgs, registerCommandUsage, UsageError } from "./args.ts"
+import { registerCommandUsage } from "../usage.ts"
+import { parseRegisterArgs, type RegisterArgs, UsageError } from "./args.ts"
 import {
   CommandError,
   hubContextOf,
@@ -47,6 +51,7 @@ import {
   type Manifest,
   withAnnotation,
 } from "./manifests.ts"
+import { preflightProfile, providerFileEntry, writeProfile } from "./profile.ts"
 
 // ---------------------------------------------------------------------------------------------------
 // The kubeconfig the hub gets: server, CA data and token inline, one context; never a file path.
@@ -137,11 +142,25 @@ const register = Effect.fnUntraced(function* (a: RegisterArgs) {
   }
   const secretPath = kindPath("Secret", name, hubNamespace)
   const existingSecret = yield* hub.get<Manifest>(secretPath)
-  if (existingSecret && existingSecret.metadata.labels?.[registrationLabel] !== "true") {
+  const profile = a.clusterprofile ? yield* preflightProfile(hub, hubNamespace, name) : undefined
+  if (profile) {
+    if (existingSecret && existingSecret.metadata.labels?.[profileCredentialLabel] !== "true") {
+      return yield* new UsageError({
+        message:
+          existingSecret.metadata.labels?.[registrationLabel] === "true"
+            ? `${q(name)} is registered by Secret ${hubNamespace}/${name}: unregister it first, or ` +
+              "register without --clusterprofile"
+            : `Secret ${hubNamespace}/${name} exists in the hub and is not a ClusterProfile token; choose another NAME`,
+      })
+    }
+  } else if (existingSecret && existingSecret.metadata.labels?.[registrationLabel] !== "true") {
     return yield* new UsageError({
       message:
-        `Secret ${hubNamespace}/${name} exists in the hub but is not a registration ` +
-        `(no label ${registrationLabel}=true); choose another NAME`,
+        existingSecret.metadata.labels?.[profileCredentialLabel] === "true"
+          ? `${q(name)} is registered through ClusterProfile ${hubNamespace}/${name}: pass --clusterprofile, ` +
+            "or unregister it first"
+          : `Secret ${hubNamespace}/${name} exists in the hub but is not a registration ` +
+            `(no label ${registrationLabel}=true); choose another NAME`,
     })
   }
   for (const ns of namespaces ?? []) {
@@ -256,6 +275,36 @@ const register = Effect.fnUntraced(function* (a: RegisterArgs) {
       `${expiry.toISOString()} (${days} days)`,
   )
 
+  const renewal =
+    `The hub engages ${q(name)} within seconds (kubectl get memberclusters ${name}). Its token expires ` +
+    `${expiry.toISOString()}; the hub's CredentialsValid condition turns to CredentialsExpiringSoon ` +
+    `${Math.round(defaultHubConfig.expiryWarningMs / 86_400_000)} days before (--credential-expiry-warning). Re-run this command to renew it ` +
+    "(earlier tokens stay valid until they expire or until unregister deletes the ServiceAccount)."
+
+  if (profile) {
+    yield* out(`hub (context ${hubContext}, ${hub.server}):`)
+    const lines = yield* writeProfile({
+      hub,
+      ...profile,
+      name,
+      hubNamespace,
+      memberContext,
+      labels: a.labels,
+      namespaces,
+      endpoint,
+      token,
+      secretExisted: existingSecret !== undefined,
+    })
+    for (const line of lines) yield* out(line)
+    yield* out(
+      `The hub reads ClusterProfiles only with --clusterprofile-provider-file naming ${secretReaderProvider}, e.g.\n` +
+        `  ${providerFileEntry(hubNamespace)}\n` +
+        "(command: the path of this fleetcheck; in the image, node with /app/dist/src/cli/main.js first in args).",
+    )
+    yield* out(renewal)
+    return 0
+  }
+
   const kubeconfig = buildKubeconfig(name, endpoint, token)
   const data = { [registrationKubeconfigKey]: Buffer.from(kubeconfig).toString("base64") }
   const annotations: Record<string, string> = { [memberContextAnnotation]: memberContext }
@@ -298,12 +347,7 @@ const register = Effect.fnUntraced(function* (a: RegisterArgs) {
     `  ${existingSecret ? "updated" : "created"} Secret ${hubNamespace}/${name} (labels ${labelText}` +
       `${namespaces ? `; ${namespacesAnnotation}: ${namespaces.join(",")}` : "; all namespaces"})`,
   )
-  yield* out(
-    `The hub engages ${q(name)} within seconds (kubectl get memberclusters ${name}). Its token expires ` +
-      `${expiry.toISOString()}; the hub's CredentialsValid condition turns to CredentialsExpiringSoon ` +
-      `${Math.round(defaultHubConfig.expiryWarningMs / 86_400_000)} days before (--credential-expiry-warning). Re-run this command to renew it ` +
-      "(earlier tokens stay valid until they expire or until unregister deletes the ServiceAccount).",
-  )
+  yield* out(renewal)
   return 0
 })
 

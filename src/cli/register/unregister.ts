@@ -1,7 +1,9 @@
 // `fleetcheck unregister NAME`: the reverse of register, leaving no finalizer behind. Idempotent.
 //
-//   hub      delete the registration Secret; wait (--timeout) for the hub to let go of the member
-//            (it releases its finalizers there and deletes the MemberCluster)
+//   hub      delete the registration Secret (or the ClusterProfile register --clusterprofile wrote);
+//            wait (--timeout) for the hub to let go of the member (it releases its finalizers there
+//            and deletes the MemberCluster); a ClusterProfile's token Secret goes last, since the
+//            hub reads it to reach the member while it lets go
 //   member   bindings first (from then on no hub can act there, so no finalizer comes back), then
 //            the finalizers any hub left (src/hub/finalizers.ts, retried with backoff), the
 //            ServiceAccount (its tokens die with it), the roles, and the namespace when register
@@ -13,6 +15,7 @@ import {
   finalizerName,
   memberCleanupFinalizer,
   memberContextAnnotation,
+  profileCredentialLabel,
   registrationAnnotation,
   registrationLabel,
 } from "../../api/names.ts"
@@ -26,7 +29,8 @@ import {
   secrets,
   serviceAccounts,
 } from "../../kube/resources.ts"
-import { parseUnregisterArgs, type UnregisterArgs, UsageError, unregisterCommandUsage } from "./args.ts"
+import { unregisterCommandUsage } from "../usage.ts"
+import { parseUnregisterArgs, type UnregisterArgs, UsageError } from "./args.ts"
 import {
   type Cluster,
   CommandError,
@@ -41,6 +45,7 @@ import {
   warn,
 } from "./cluster.ts"
 import { crdName, createdByValue, describe, kindPath, loadIdentity, type Manifest } from "./manifests.ts"
+import { isOurs, type ProfileObject, profilePath, profileVersionIfServed } from "./profile.ts"
 
 /** Deletes the identity's namespace only when register created it and nothing else lives there. */
 const removeNamespaceIfOurs = Effect.fnUntraced(function* (
@@ -83,26 +88,39 @@ const unregister = Effect.fnUntraced(function* (a: UnregisterArgs) {
   const hub = yield* openCluster(`hub ${hubContext}`, hubKc)
   const secretPath = kindPath("Secret", name, hubNamespace)
   const secret = yield* hub.get<Manifest>(secretPath)
-  if (secret && secret.metadata.labels?.[registrationLabel] !== "true") {
+  const profileToken = secret?.metadata.labels?.[profileCredentialLabel] === "true"
+  if (secret && !profileToken && secret.metadata.labels?.[registrationLabel] !== "true") {
     return yield* new UsageError({
       message: `Secret ${hubNamespace}/${name} in the hub is not a registration; not touching it`,
     })
   }
-  const memberContext = a.memberContext ?? secret?.metadata.annotations?.[memberContextAnnotation]
+  // A ClusterProfile register wrote (its token Secret is the sign; the API may not even be served).
+  const profileVersion = profileToken || !secret ? yield* profileVersionIfServed(hub) : undefined
+  const profile =
+    profileVersion !== undefined
+      ? yield* hub.get<ProfileObject & Manifest>(profilePath(profileVersion, hubNamespace, name))
+      : undefined
+  const registering: Manifest | undefined = profile && isOurs(profile) ? profile : secret
+  const memberContext = a.memberContext ?? registering?.metadata.annotations?.[memberContextAnnotation]
   if (!memberContext) {
     return yield* new UsageError({
-      message: secret
-        ? "the Secret does not say which context registered it: pass --context (the member's context)"
+      message: registering
+        ? `${registering.kind} ${hubNamespace}/${name} does not say which context registered it: pass --context (the member's context)`
         : `no registration ${q(name)} in the hub; pass --context to clean up the member anyway`,
     })
   }
+  const registeringPath =
+    registering === profile && profileVersion !== undefined
+      ? profilePath(profileVersion, hubNamespace, name)
+      : secretPath
   const memberKc = yield* loadKubeConfig(a.kubeconfig, memberContext, "member")
   const member = yield* openCluster(`member ${memberContext}`, memberKc)
   yield* member.request({ method: "GET", path: "/version" })
 
   yield* out(`hub (context ${hubContext}, ${hub.server}):`)
-  if (yield* hub.del(secretPath)) yield* out(`  deleted Secret ${hubNamespace}/${name}`)
-  else yield* out(`  Secret ${hubNamespace}/${name} already gone`)
+  const registeringKind = registering === profile && profile ? "ClusterProfile" : "Secret"
+  if (yield* hub.del(registeringPath)) yield* out(`  deleted ${registeringKind} ${hubNamespace}/${name}`)
+  else yield* out(`  ${registeringKind} ${hubNamespace}/${name} already gone`)
   // The hub disengages the member, releases its finalizers there, then deletes the MemberCluster.
   const mcPath = pathOf(memberClusters, { name })
   const gone = yield* waitFor(a.timeoutMs, hub.get(mcPath).pipe(Effect.map((o) => o === undefined)))
@@ -159,14 +177,14 @@ const unregister = Effect.fnUntraced(function* (a: UnregisterArgs) {
       : `  no BackupCheck carries ${finalizerName}`,
   )
   if (!gone) {
-    // No hub let go: the member is released now, so the hub's hold on the Secret and its stale
-    // MemberCluster can go too (a hub that starts later finds nothing left to release).
-    const stale = yield* hub.get<Manifest>(secretPath)
+    // No hub let go: the member is released now, so the hub's hold on the Secret (or profile) and its
+    // stale MemberCluster can go too (a hub that starts later finds nothing left to release).
+    const stale = yield* hub.get<Manifest>(registeringPath)
     const finalizers: ReadonlyArray<string> = (stale?.metadata.finalizers as string[] | undefined) ?? []
     if (stale && finalizers.includes(memberCleanupFinalizer)) {
       yield* hub.request({
         method: "PATCH",
-        path: secretPath,
+        path: registeringPath,
         contentType: "application/merge-patch+json",
         body: {
           metadata: {
@@ -176,11 +194,13 @@ const unregister = Effect.fnUntraced(function* (a: UnregisterArgs) {
         },
       })
       yield* out(
-        `  removed the hub's finalizer ${memberCleanupFinalizer} from Secret ${hubNamespace}/${name}`,
+        `  removed the hub's finalizer ${memberCleanupFinalizer} from ${registeringKind} ${hubNamespace}/${name}`,
       )
     }
     if (yield* hub.del(mcPath)) yield* out(`  deleted the stale MemberCluster ${name}`)
   }
+  if (profileToken && registeringKind === "ClusterProfile" && (yield* hub.del(secretPath)))
+    yield* out(`  deleted Secret ${hubNamespace}/${name} (the ClusterProfile's token)`)
   if (yield* member.del(saPath))
     yield* out(
       `  deleted ServiceAccount ${saNamespace}/${sa.metadata.name} (every token issued for it is now invalid)`,

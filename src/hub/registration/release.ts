@@ -21,11 +21,19 @@ const maxListRestarts = 3
 
 export class ReleaseError extends Data.TaggedError("ReleaseError")<{ readonly message: string }> {}
 
+/** A kubeconfig that reaches a held scope, and what its exec plugin needs besides (a profile's extension). */
+export interface ReleaseCredential {
+  readonly kubeConfig: KubeConfig
+  readonly execClusterConfig?: unknown
+}
+
 export interface ReleaseAttempt {
   /** The registration's name (client name in errors and logs). */
   readonly name: string
   /** Credentials known to reach the scope's cluster, best first. */
-  readonly credentials: ReadonlyArray<KubeConfig>
+  readonly credentials: ReadonlyArray<ReleaseCredential>
+  /** Deadline of one exec credential plugin run (--exec-plugin-timeout). */
+  readonly execTimeoutMs: number
   readonly namespaces: Namespaces
   /** Where other engines of this hub work on that cluster now, asked when the attempt starts. */
   readonly kept: () => Kept
@@ -82,14 +90,18 @@ const describeDropped = (d: Dropped): string => {
 }
 
 /** With one credential: what to release, then the shared release. */
-const releaseWith = (attempt: ReleaseAttempt, kubeConfig: KubeConfig, what: Dropped) =>
+const releaseWith = (attempt: ReleaseAttempt, credential: ReleaseCredential, what: Dropped) =>
   Effect.gen(function* () {
     const client = gateWrites(
       yield* makeKubeClient({
         cluster: attempt.name,
-        kubeConfig,
+        kubeConfig: credential.kubeConfig,
         requestTimeoutMs,
         userAgent: attempt.userAgent,
+        execTimeoutMs: attempt.execTimeoutMs,
+        ...(credential.execClusterConfig !== undefined
+          ? { execClusterConfig: credential.execClusterConfig }
+          : {}),
       }),
       attempt.mayWrite,
     )
@@ -115,8 +127,8 @@ export const releaseScope = Effect.fn("hub.registration.releaseScope")(function*
   if (attempt.credentials.length === 0)
     return yield* new ReleaseError({ message: "no credentials for this cluster are known" })
   const errors: string[] = []
-  for (const kubeConfig of attempt.credentials) {
-    const result = yield* releaseWith(attempt, kubeConfig, what).pipe(Effect.result)
+  for (const credential of attempt.credentials) {
+    const result = yield* releaseWith(attempt, credential, what).pipe(Effect.result)
     if (result._tag === "Success") return { released: result.success, what: describeDropped(what) }
     errors.push(result.failure.message)
   }
