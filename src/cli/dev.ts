@@ -2,6 +2,8 @@
 // etcd), the CRDs installed, every member registered by a kubeconfig Secret, the samples in
 // clusters/samples applied, and the hub running in this process with its dashboard. Ctrl-C stops the
 // hub (drain, release the lease), then every process, and removes the temporary directory.
+import { writeFileSync } from "node:fs"
+import { join } from "node:path"
 import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
 import { resolveHubConfig } from "../hub/config.ts"
@@ -9,12 +11,16 @@ import { fleetCheckList, fleetView } from "../hub/fleet-state.ts"
 import { type LaunchedHub, launchHub } from "../hub/launch.ts"
 import { renderStatus } from "./status.ts"
 
-export const devUsage = `Usage: fleetcheck dev [--members N] [--port PORT]
+export const devUsage = `Usage: fleetcheck dev [--members N] [--port PORT] [--secure-serving]
 
 Starts a real local fleet on this machine: a hub cluster and N member clusters (default 2) sharing one
 etcd, the CRDs, every member registered by a kubeconfig Secret, the samples in clusters/samples, and
 the hub with its dashboard on 127.0.0.1:PORT (default 8080). Ctrl-C stops everything and removes it.
 FLEETCHECK_* hub settings apply (see fleetcheck hub --help); logs default to Warn.
+  --secure-serving  serve as deploy/ does: HTTPS on PORT (a self-signed certificate, or
+                    FLEETCHECK_TLS_CERT_FILE/FLEETCHECK_TLS_PRIVATE_KEY_FILE) with bearer tokens
+                    reviewed by the hub cluster; the dashboard then on a loopback port of its own.
+                    Off by default: plain HTTP, no tokens.
 `
 
 const say = (line: string) => process.stderr.write(`[dev] ${line}\n`)
@@ -26,7 +32,11 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   }
   const { values } = parseArgs({
     args: [...args],
-    options: { members: { type: "string", default: "2" }, port: { type: "string", default: "8080" } },
+    options: {
+      members: { type: "string", default: "2" },
+      port: { type: "string", default: "8080" },
+      "secure-serving": { type: "boolean", default: false },
+    },
     strict: true,
   })
   const members = Number(values.members)
@@ -65,13 +75,24 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     const kubeConfig = new KubeConfig()
     kubeConfig.loadFromString(fleet.cluster("hub").kubeconfig)
     // The hub's settings from the environment, with a local fleet's quicker probes and polls.
-    const config = resolveHubConfig({}, { FLEETCHECK_LOG_LEVEL: "Warn", ...process.env })
+    const secure = values["secure-serving"]
+    const { tlsCertFile, tlsPrivateKeyFile, ...config } = resolveHubConfig(
+      {},
+      // Secure serving only when asked for by --secure-serving, whatever the environment says.
+      { FLEETCHECK_LOG_LEVEL: "Warn", ...process.env, FLEETCHECK_SECURE_SERVING: String(secure) },
+    )
     const running = await launchHub({
       config: {
         ...config,
         httpAddress: { host: "127.0.0.1", port },
-        // A local fleet on loopback: the dashboard, the API and status need no token here.
-        secureServing: false,
+        // A local fleet on loopback: unless asked, the dashboard, the API and status need no token here.
+        secureServing: secure,
+        ...(secure
+          ? {
+              ...(tlsCertFile && tlsPrivateKeyFile ? { tlsCertFile, tlsPrivateKeyFile } : {}),
+              dashboardAddress: config.dashboardAddress ?? { host: "127.0.0.1", port: 0 },
+            }
+          : {}),
         probeIntervalMs: 2_000,
         runningPollMs: 5_000,
       },
@@ -79,6 +100,10 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     })
     hub = running
     const url = running.url
+    // The certificate to trust, for status and curl: next to the fleet's kubeconfigs.
+    const caFile = running.servingCert ? join(fleet.runDir, "hub-serving.crt") : undefined
+    if (caFile && running.servingCert) writeFileSync(caFile, running.servingCert.pair.cert)
+    const hubKubeconfig = fleet.cluster("hub").kubeconfigPath
     say("waiting for the sample checks to finish their first runs")
     const deadline = Date.now() + 120_000
     const current = () => ({
@@ -101,11 +126,18 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
       [
         "",
         "fleetcheck dev is running",
-        `  dashboard   ${url}/`,
+        `  dashboard   ${running.dashboardUrl ?? url}/`,
         `  fleet API   ${url}/api/v1/fleet`,
         `  metrics     ${url}/metrics`,
-        `  status      bin/fleetcheck status --hub ${url}`,
-        "  access      open, plain HTTP here (loopback); deploy/ turns on --secure-serving: HTTPS and tokens (docs/deploy.md §2a, §2b)",
+        ...(caFile
+          ? [
+              `  status      bin/fleetcheck status --hub ${url} --hub-ca-file ${caFile} --kubeconfig ${hubKubeconfig}`,
+              `  access      HTTPS (certificate sha256 ${running.servingCert?.fingerprint}) and a bearer token the hub cluster reviews, as deploy/ (docs/deploy.md §2a, §2b)`,
+            ]
+          : [
+              `  status      bin/fleetcheck status --hub ${url}`,
+              "  access      open, plain HTTP here (loopback); --secure-serving serves as deploy/ does: HTTPS and tokens (docs/deploy.md §2a, §2b)",
+            ]),
         ...fleet.clusters.map((c) => `  ${c.name.padEnd(10)}  KUBECONFIG=${c.kubeconfigPath}`),
         `  kubectl     ${fleet.binDir}/kubectl`,
         "",

@@ -41,6 +41,8 @@ export interface LaunchedHub extends HubHandle {
   /** The dashboard's own listener (for the API server's service proxy), when `dashboardAddress` is set. */
   readonly dashboardUrl: string | undefined
   readonly metrics: FleetMetrics
+  /** The certificate the hub serves at start (secure serving), for clients to trust; undefined: plain HTTP. */
+  readonly servingCert: ServingCert | undefined
   /** Closes the hub's scope as SIGTERM does; resolves once members drained and the lease is released. */
   readonly stop: () => Promise<void>
 }
@@ -122,6 +124,7 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
           ? urlOf(config.dashboardAddress.host, hub.dashboardPort)
           : undefined,
       metrics,
+      servingCert,
       stop: () => {
         stopped ??= close()
         return stopped
