@@ -6,6 +6,8 @@ import {
   cronPattern,
   durationPattern,
   formatDuration,
+  isCidr,
+  maxCidrLength,
   parseDuration,
   parseSchedule,
   shortestIntervalMs,
@@ -225,11 +227,89 @@ export const ValidationSchema = z
     "Validation as its own phase: proves the restored data, not just a clean exit. Its verdict is ValidationSucceeded, ValidationFailed or ValidationTimedOut; spec.timeout bounds restore and validation together.",
   )
 
+/** A resource quantity as Kubernetes writes it (500m, 4Gi, 10). */
+const quantityPattern = /^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/
+/** Resource names: pods, requests.cpu, limits.memory, count/jobs.batch, example.com/gpu. */
+const resourceNamePattern = /^[a-z0-9]([-a-z0-9./]*[a-z0-9])?$/
+const maxResources = 32
+
+const ResourceListSchema = z
+  .record(
+    z.string().max(253).regex(resourceNamePattern, { error: "must be a resource name like limits.memory" }),
+    z.string().max(32).regex(quantityPattern, { error: "must be a quantity like 500m, 4Gi or 10" }),
+  )
+  .refine((list) => Object.keys(list).length <= maxResources, { error: `at most ${maxResources} resources` })
+  .meta({ maxProperties: maxResources })
+
+export const EgressRuleSchema = z
+  .strictObject({
+    cidr: z
+      .string()
+      .max(maxCidrLength)
+      .refine(isCidr, { error: "must be an IPv4 or IPv6 CIDR like 10.96.0.10/32 or fd00::/8" })
+      .meta({
+        "x-kubernetes-validations": [
+          { rule: "isCIDR(self)", message: "must be an IPv4 or IPv6 CIDR like 10.96.0.10/32 or fd00::/8" },
+        ],
+      })
+      .describe("Destination addresses (CIDR), e.g. the cluster DNS service or the backup store."),
+    ports: z
+      .array(
+        z.strictObject({
+          port: z.int().min(1).max(65535).meta({ format: "int32" }).describe("Destination port."),
+          protocol: z.enum(["TCP", "UDP", "SCTP"]).default("TCP").describe("TCP (default), UDP or SCTP."),
+        }),
+      )
+      .max(16)
+      .optional()
+      .describe("Destination ports; every port when unset."),
+  })
+  .describe("One allowed egress destination of the sandbox.")
+
+export const SandboxSchema = z
+  .strictObject({
+    egress: z
+      .array(EgressRuleSchema)
+      .max(32)
+      .default([])
+      .describe(
+        "The egress allowlist of the sandbox's deny-all NetworkPolicy: one rule per entry. Empty denies every connection, DNS included: list the cluster DNS (port 53 UDP and TCP) and the backup store.",
+      ),
+    resourceQuota: z
+      .strictObject({ hard: ResourceListSchema.describe("core/v1 ResourceQuota spec.hard.") })
+      .optional()
+      .describe("A ResourceQuota for the sandbox (e.g. limits.memory, pods)."),
+    limitRange: z
+      .strictObject({
+        default: ResourceListSchema.optional().describe("Default container limits."),
+        defaultRequest: ResourceListSchema.optional().describe("Default container requests."),
+        max: ResourceListSchema.optional().describe("Largest limits a container may set."),
+      })
+      .optional()
+      .describe(
+        "A LimitRange for the sandbox's containers (type Container); with a quota on limits or requests, give defaults so Pods without their own are admitted.",
+      ),
+    validationWindow: duration(
+      (ms) => ms >= 0 && ms <= 168 * 3_600_000,
+      "between 0s and 168h",
+      "duration(self) >= duration('0s') && duration(self) <= duration('168h')",
+    )
+      .default("0s")
+      .describe(
+        "How long the sandbox stays after the run's verdict, for people to inspect it (Go duration); then the hub deletes it (status.lastRun.sandbox.cleanup).",
+      ),
+  })
+  .describe(
+    "Run each restore (and validation) in its own namespace the hub creates for the run, with a deny-all NetworkPolicy but the egress allowlist and an optional ResourceQuota and LimitRange, and deletes after the verdict plus validationWindow. Needs a member registered cluster-wide.",
+  )
+export type SandboxSpec = z.output<typeof SandboxSchema>
+
 export const BackupCheckSpecSchema = z
   .strictObject({
     backup: BackupRefSchema,
     jobTemplate: JobTemplateSchema,
     validation: ValidationSchema.optional(),
+    sandbox: SandboxSchema.optional(),
     schedule: z
       .string()
       .max(128)
@@ -388,6 +468,32 @@ export const PhaseSchema = z
   .describe("One phase of a run and its verdict.")
 export type Phase = z.output<typeof PhaseSchema>
 
+/** What became of a run's sandbox (ADR 0009): Pending until its delete time, then Deleting, Deleted. */
+export const sandboxCleanupStates = ["Pending", "Deleting", "Deleted", "Failed"] as const
+export type SandboxCleanup = (typeof sandboxCleanupStates)[number]
+
+export const SandboxStatusSchema = z
+  .object({
+    namespace: z.string().min(1).max(63).describe("The run's sandbox namespace."),
+    cleanup: z
+      .enum(sandboxCleanupStates)
+      .describe(
+        "Pending (the run is in flight or its validationWindow is open), Deleting, Deleted, or Failed (the delete was refused; retried).",
+      ),
+    deleteAfter: TimestampSchema.optional().describe(
+      "When the sandbox goes: the run's end plus spec.sandbox.validationWindow.",
+    ),
+    reason: z
+      .string()
+      .max(64)
+      .regex(/^[A-Za-z][A-Za-z0-9]*$/)
+      .optional()
+      .describe("Why the cleanup failed, e.g. Forbidden."),
+    message: z.string().max(maxPhaseMessageLength).optional().describe("The cleanup failure's message."),
+  })
+  .describe("The run's sandbox (spec.sandbox) and its cleanup.")
+export type SandboxStatus = z.output<typeof SandboxStatusSchema>
+
 export const LastRunSchema = z
   .object({
     jobName: z.string().min(1).max(63).describe("Name of the restore Job."),
@@ -401,6 +507,7 @@ export const LastRunSchema = z
       .max(phaseNames.length)
       .optional()
       .describe("Each phase's verdict: restore, then validation when the spec has one."),
+    sandbox: SandboxStatusSchema.optional(),
     traceID: z
       .string()
       .regex(/^[0-9a-f]{32}$/)

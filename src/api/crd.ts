@@ -251,6 +251,7 @@ export const backupCheckCrd = (): CustomResourceDefinition =>
       { ...conditionColumn("Restore Time", "RestoreTimeObjectiveMet", "status"), priority: 1 },
       { ...conditionColumn("Data Age", "DataAgeObjectiveMet", "status"), priority: 1 },
       { name: "Start Window", type: "string", jsonPath: ".spec.startWindow", priority: 1 },
+      { name: "Sandbox", type: "string", jsonPath: ".status.lastRun.sandbox.cleanup", priority: 1 },
     ],
     schema: rootSchema({
       description:

@@ -45,6 +45,15 @@ export const labelBackupCheck = "fleetcheck.io/backupcheck"
 export const labelRun = "fleetcheck.io/run"
 /** On validation Jobs only: `validation` (a Job without it is its run's restore Job). */
 export const labelPhase = "fleetcheck.io/phase"
+/**
+ * Sandbox per run (spec.sandbox, ADR 0009): on the run's namespace and on every object the hub puts in
+ * it, `fleetcheck.io/sandbox: "true"`, with fleetcheck.io/backupcheck and fleetcheck.io/run as on Jobs.
+ */
+export const labelSandbox = "fleetcheck.io/sandbox"
+/** On a sandbox and its Jobs: the uid of the check it belongs to (a Job there has no ownerReference). */
+export const labelBackupCheckUid = "fleetcheck.io/backupcheck-uid"
+/** On a sandbox and its Jobs: `<namespace>/<name>` of its check (label values cannot hold "/"). */
+export const annotationBackupCheck = "fleetcheck.io/backupcheck"
 /** On every BackupCheck a FleetBackupCheck placed: `<namespace>.<name>` of that FleetBackupCheck. */
 export const labelFleetBackupCheck = "fleetcheck.io/fleetbackupcheck"
 /** On a drill check (a FleetBackupCheck's spec.drill): the member whose backup it restores. */

@@ -173,3 +173,32 @@ export const shortestIntervalMs = (cron: Cron): number => {
   shortestIntervals.set(cron, shortest)
   return shortest
 }
+
+// ---------------------------------------------------------------------------------------------------
+// CIDRs (spec.sandbox.egress): the CRD says the same with CEL's isCIDR().
+
+const ipv4CidrPattern =
+  /^(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\/(0|[1-9][0-9]?)$/
+
+/** The longest CIDR text accepted (a full IPv6 address with a prefix). */
+export const maxCidrLength = 43
+
+/**
+ * Whether a string is an IPv4 CIDR a.b.c.d/n (octets ≤ 255 without leading zeros, n ≤ 32) or an IPv6
+ * CIDR x::y/n (n ≤ 128; the address parsed by the URL parser, zones and IPv4-embedded forms refused).
+ */
+export const isCidr = (s: string): boolean => {
+  if (typeof s !== "string" || s.length > maxCidrLength) return false
+  const v4 = ipv4CidrPattern.exec(s)
+  if (v4) return v4.slice(1, 5).every((o) => Number(o) <= 255) && Number(v4[5]) <= 32
+  const slash = s.lastIndexOf("/")
+  const address = s.slice(0, slash)
+  if (slash < 0 || !address.includes(":") || !/^[0-9a-fA-F:]+$/.test(address)) return false
+  const prefix = s.slice(slash + 1)
+  if (!/^(0|[1-9][0-9]{0,2})$/.test(prefix) || Number(prefix) > 128) return false
+  try {
+    return new URL(`http://[${address}]/`).hostname.length > 2
+  } catch {
+    return false
+  }
+}

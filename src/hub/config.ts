@@ -191,6 +191,18 @@ export const hubSettings = {
     "30s",
     "backstop poll of a running restore Job, in case a Job event is missed",
   ),
+  sandboxCleanupTimeoutMs: setting(
+    "sandbox-cleanup-timeout",
+    duration("10s", "24h"),
+    "10m",
+    "how long a deleted BackupCheck's finalizer waits for its sandbox namespaces to go (then it is released; the sweeper goes on deleting them)",
+  ),
+  sandboxOrphanGraceMs: setting(
+    "sandbox-orphan-grace",
+    duration("1s", "1h"),
+    "1m",
+    "age at which a sandbox namespace of no recorded run and no active Job counts as an orphan and is deleted (another hub may be starting its run)",
+  ),
   resyncPeriodMs: setting(
     "resync-period",
     duration("0s", "24h"),

@@ -2,10 +2,10 @@
 // label), one workqueue and the BackupCheck controller's workers, built from the generic machinery in
 // src/engine, all inside the caller's Scope so that closing the
 // scope (disengage, rebuild, lost leadership) stops every fiber and socket of this member at once.
-import type { KubeConfig, V1Job } from "@kubernetes/client-node"
+import type { KubeConfig, V1Job, V1Namespace } from "@kubernetes/client-node"
 import { Effect, type Scope } from "effect"
 import type { BackupCheck, LastRun } from "../api/backupcheck.ts"
-import { labelBackupCheck } from "../api/names.ts"
+import { labelBackupCheck, labelSandbox } from "../api/names.ts"
 import {
   type ControllerHooks,
   type ControllerStats,
@@ -23,9 +23,15 @@ import {
   type KubeTransportError,
   makeKubeClient,
 } from "../kube/client.ts"
-import { backupChecks, jobs as jobResource } from "../kube/resources.ts"
+import { backupChecks, jobs as jobResource, namespaces as namespaceResource } from "../kube/resources.ts"
 import { gateWrites } from "../kube/write-gate.ts"
-import { makeBackupCheckReconciler, ownerUidIndex } from "../reconcile/backupcheck-reconciler.ts"
+import {
+  makeBackupCheckReconciler,
+  ownerUidIndex,
+  sandboxKeyIndex,
+  sandboxUidIndex,
+} from "../reconcile/backupcheck-reconciler.ts"
+import { sandboxCheckKey, sandboxCheckUid } from "../reconcile/sandbox.ts"
 
 export interface MemberEngineOptions {
   readonly cluster: string
@@ -45,6 +51,10 @@ export interface MemberEngineOptions {
   readonly globalLimit: GlobalLimit | undefined
   /** Backstop poll while a restore Job runs. */
   readonly runningPollMs: number
+  /** How long a deleted check's finalizer waits for its sandboxes (config.ts). */
+  readonly sandboxCleanupTimeoutMs: number
+  /** Age at which an unrecorded sandbox without an active Job is an orphan (config.ts). */
+  readonly sandboxOrphanGraceMs: number
   /** Periodic resync of the informers (0: never). */
   readonly resyncMs: number
   /**
@@ -77,6 +87,8 @@ export interface MemberEngine {
   readonly credentialState: () => CredentialState
   readonly checks: InformerSet<BackupCheck>
   readonly jobs: InformerSet<V1Job>
+  /** Sandbox namespaces (fleetcheck.io/sandbox=true); none for a member scoped to namespaces. */
+  readonly namespaces: InformerSet<V1Namespace> | undefined
   readonly queue: WorkQueue
   readonly stats: ControllerStats
   readonly hasSynced: () => boolean
@@ -95,10 +107,13 @@ export interface MemberEngine {
 const checkKey = (obj: { metadata?: { namespace?: string; name?: string } }) =>
   `${obj.metadata?.namespace ?? ""}/${obj.metadata?.name ?? ""}`
 
-/** The BackupCheck that controls this Job, as a queue key (Owns(Job) in controller-runtime terms). */
+/**
+ * The BackupCheck that controls this Job, as a queue key (Owns(Job) in controller-runtime terms); a
+ * Job in a sandbox has no owner there and names its check in an annotation.
+ */
 const ownerKey = (job: V1Job): string | undefined => {
   const owner = job.metadata?.ownerReferences?.find((r) => r.controller && r.kind === "BackupCheck")
-  return owner ? `${job.metadata?.namespace ?? ""}/${owner.name}` : undefined
+  return owner ? `${job.metadata?.namespace ?? ""}/${owner.name}` : sandboxCheckKey(job)
 }
 
 export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
@@ -148,9 +163,36 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     indexers: {
       [ownerUidIndex]: (job: V1Job) =>
         (job.metadata?.ownerReferences ?? []).filter((r) => r.controller).map((r) => r.uid),
+      [sandboxUidIndex]: (job: V1Job) => {
+        const uid = sandboxCheckUid(job)
+        return uid === undefined ? [] : [uid]
+      },
     },
     resyncMs: options.resyncMs,
   })
+  // Sandboxes are namespaces: only a member watched cluster-wide can have them (ADR 0009).
+  const namespaces =
+    options.namespaces === undefined || options.namespaces.length === 0
+      ? yield* makeInformerSet<V1Namespace>({
+          client,
+          namespaces: undefined,
+          name: "namespaces",
+          onFailure: options.onWatchFailure,
+          resource: namespaceResource,
+          labelSelector: `${labelSandbox}=true`,
+          indexers: {
+            [sandboxUidIndex]: (n: V1Namespace) => {
+              const uid = sandboxCheckUid(n)
+              return uid === undefined ? [] : [uid]
+            },
+            [sandboxKeyIndex]: (n: V1Namespace) => {
+              const key = sandboxCheckKey(n)
+              return key === undefined ? [] : [key]
+            },
+          },
+          resyncMs: options.resyncMs,
+        })
+      : undefined
 
   // Handlers only enqueue keys: the reconciler reads everything else from the caches.
   const enqueue = (key: string | undefined) => {
@@ -166,19 +208,31 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     onUpdate: (_, j) => enqueue(ownerKey(j)),
     onDelete: (j) => enqueue(ownerKey(j)),
   })
+  // A sandbox's events queue its check: its cleanup advances, and the relist at engage sweeps orphans.
+  namespaces?.addHandler({
+    onAdd: (n) => enqueue(sandboxCheckKey(n)),
+    onUpdate: (_, n) => enqueue(sandboxCheckKey(n)),
+    onDelete: (n) => enqueue(sandboxCheckKey(n)),
+  })
 
   const reconcile = makeBackupCheckReconciler({
     cluster,
     client,
     checks: checks.store,
     jobs: jobs.store,
+    namespaces: namespaces?.store,
     runningPollMs: options.runningPollMs,
+    sandboxCleanupTimeoutMs: options.sandboxCleanupTimeoutMs,
+    sandboxOrphanGraceMs: options.sandboxOrphanGraceMs,
     onRunSkipped: options.onRunSkipped,
     onRunRecorded: options.onRunRecorded,
   })
   // Workers start only once both caches are synced: reconciling from a half-filled cache would
   // create Jobs that already exist and report checks as missing.
-  const awaitSynced = Effect.all([checks.awaitSynced, jobs.awaitSynced], { discard: true })
+  const awaitSynced = Effect.all(
+    [checks.awaitSynced, jobs.awaitSynced, ...(namespaces ? [namespaces.awaitSynced] : [])],
+    { discard: true },
+  )
   const stats = makeControllerStats()
   // Stopping: the queue stops (draining in-flight reconciles for the grace the hub grants now, unless
   // the lease goes meanwhile), and only then are the workers interrupted, which aborts their requests.
@@ -217,9 +271,10 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     credentialState: raw.credentialState,
     checks,
     jobs,
+    namespaces,
     queue,
     stats,
-    hasSynced: () => checks.hasSynced() && jobs.hasSynced(),
+    hasSynced: () => checks.hasSynced() && jobs.hasSynced() && (namespaces?.hasSynced() ?? true),
     awaitSynced,
     refusedSinceRequeue: () => refusedSince,
     requeueAll: Effect.suspend(() => {

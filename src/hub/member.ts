@@ -35,6 +35,8 @@ export type MemberSettings = Pick<
   | "cacheSyncTimeoutMs"
   | "statusIntervalMs"
   | "runningPollMs"
+  | "sandboxCleanupTimeoutMs"
+  | "sandboxOrphanGraceMs"
   | "resyncPeriodMs"
   | "workersPerMember"
   | "expiryWarningMs"
@@ -216,10 +218,15 @@ const probeOnce = Effect.fnUntraced(function* (
         yield* Effect.logInfo("member reachable again")
         // The caches' watches may be waiting out a backoff of up to 30 s: resume them now, and do not
         // vouch for the caches until they have.
-        if (engine.checks.failingSince !== undefined || engine.jobs.failingSince !== undefined) {
+        if (
+          engine.checks.failingSince !== undefined ||
+          engine.jobs.failingSince !== undefined ||
+          engine.namespaces?.failingSince !== undefined
+        ) {
           entry.catchingUp = true
           engine.checks.resumeNow()
           engine.jobs.resumeNow()
+          engine.namespaces?.resumeNow()
         }
       }
       p.connected = true
@@ -289,7 +296,7 @@ const watchFailureOf = (
   now: number,
 ): MemberEntry["watchFailure"] => {
   const tolerance = timings.probeIntervalMs * timings.probeFailureThreshold
-  for (const informer of [engine.checks, engine.jobs]) {
+  for (const informer of [engine.checks, engine.jobs, ...(engine.namespaces ? [engine.namespaces] : [])]) {
     const since = informer.failingSince
     if (since === undefined || now - since < tolerance) continue
     const failure = informer.lastFailure
@@ -336,6 +343,8 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,
     runningPollMs: timings.runningPollMs,
+    sandboxCleanupTimeoutMs: timings.sandboxCleanupTimeoutMs,
+    sandboxOrphanGraceMs: timings.sandboxOrphanGraceMs,
     resyncMs: timings.resyncPeriodMs,
     drainGraceMs: deps.drainGraceMs,
     mayWrite: deps.fence.mayWrite,

@@ -20,7 +20,7 @@
 // Status is written once per step that must be durable, as a merge patch of exactly what changed (null
 // removes a field), carrying the resourceVersion it was computed from: a converged reconcile sends
 // nothing, and a decision made from a stale cache fails with Conflict instead of landing.
-import type { V1EnvVar, V1Job, V1Pod } from "@kubernetes/client-node"
+import type { V1EnvVar, V1Job, V1Namespace, V1Pod } from "@kubernetes/client-node"
 import { Clock, Effect, Schema } from "effect"
 import {
   type BackupCheck,
@@ -32,6 +32,8 @@ import {
   type LastRun,
   maxPhaseMessageLength,
   type Phase,
+  type SandboxSpec,
+  type SandboxStatus,
 } from "../api/backupcheck.ts"
 import {
   type Condition,
@@ -40,12 +42,22 @@ import {
   setStatusCondition,
   toKubeTime,
 } from "../api/condition.ts"
-import { finalizerName, reportingController } from "../api/names.ts"
+import { finalizerName, labelBackupCheckUid, labelSandbox, reportingController } from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
 import type { StoreView } from "../engine/informer/store.ts"
 import { isAlreadyExists, isConflict, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
-import { backupChecks, events, jobs, pathOf, pods } from "../kube/resources.ts"
+import {
+  backupChecks,
+  events,
+  jobs,
+  limitRanges,
+  namespaces,
+  networkPolicies,
+  pathOf,
+  pods,
+  resourceQuotas,
+} from "../kube/resources.ts"
 import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"
 import { boundHistory, withRun } from "./history.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
@@ -55,16 +67,38 @@ import { derivedCheck } from "./per-object.ts"
 import { annotationSpecHash, renderRestoreJob } from "./restore-job.ts"
 import { jobNameFor, runIDForGeneration, traceparentFor, validationJobNameFor } from "./run-identity.ts"
 import { createdAt, jobPhase, jobsToPrune, newerRuns, runIDOf } from "./runs.ts"
+import {
+  cleanupStep,
+  limitRangeBody,
+  renderSandbox,
+  sandboxAnnotations,
+  sandboxCheckUid,
+  sandboxLabels,
+  sandboxNamespaceFor,
+} from "./sandbox.ts"
 import { dueRun } from "./schedule.ts"
 
 /** The Job cache must be indexed by the uid of each Job's controller owner under this name. */
 export const ownerUidIndex = "owner-uid"
+/** The Job and namespace caches must index sandbox objects by their check's uid label under this name. */
+export const sandboxUidIndex = "sandbox-check-uid"
+/** The namespace cache must index sandboxes by their check's `<namespace>/<name>` under this name. */
+export const sandboxKeyIndex = "sandbox-check-key"
 
 export interface BackupCheckReconcilerOptions {
   readonly cluster: string
   readonly client: KubeClient
   readonly checks: StoreView<BackupCheck>
   readonly jobs: StoreView<V1Job>
+  /**
+   * Sandbox namespaces (labelled fleetcheck.io/sandbox=true), indexed by sandboxUidIndex and
+   * sandboxKeyIndex; undefined for a member scoped to namespaces, which cannot have sandboxes.
+   */
+  readonly namespaces: StoreView<V1Namespace> | undefined
+  /** How long a deleted check's finalizer waits for its sandboxes to go before it is released anyway. */
+  readonly sandboxCleanupTimeoutMs: number
+  /** Age at which a sandbox of no recorded run and no active Job counts as an orphan. */
+  readonly sandboxOrphanGraceMs: number
   /** Backstop poll while a Job runs, in case a Job event is missed (the hub's configuration has the default). */
   readonly runningPollMs: number
   /**
@@ -229,15 +263,32 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     })
   })
 
-  const cleanup = Effect.fnUntraced(function* (check: BackupCheck) {
+  const cleanup = Effect.fnUntraced(function* (check: BackupCheck, now: number) {
     if (!(check.metadata.finalizers ?? []).includes(finalizerName)) return {}
     const ns = check.metadata.namespace
     for (const job of options.jobs.byIndex(ownerUidIndex, check.metadata.uid)) {
-      yield* deleteJob(ns, job, { uid: job.metadata?.uid }).pipe(
-        Effect.catchIf(isConflict, () => Effect.void),
-      )
+      yield* deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void))
     }
-    yield* Effect.logInfo("deleted restore Jobs; removing finalizer")
+    if (options.namespaces !== undefined) {
+      // The sandboxes go with the check (their Jobs with them). Asked of the API, not the cache: one
+      // created a moment ago may not be cached yet. The finalizer waits for them, for at most
+      // sandboxCleanupTimeoutMs; after that the sweeper keeps deleting what is left (ADR 0009).
+      const left = yield* liveSandboxes(check.metadata.uid)
+      for (const n of left) if (!n.metadata?.deletionTimestamp) yield* deleteNamespace(n)
+      if (left.length > 0) {
+        const since = Date.parse(check.metadata.deletionTimestamp ?? "")
+        if (!(now - since >= options.sandboxCleanupTimeoutMs)) {
+          yield* Effect.logInfo("waiting for sandboxes to be deleted").pipe(
+            Effect.annotateLogs({ sandboxes: left.map((n) => n.metadata?.name).join(",") }),
+          )
+          return { requeueAfterMs: 2000 }
+        }
+        yield* Effect.logWarning(
+          "sandboxes still present after the sandbox cleanup timeout; removing the finalizer (the sweeper deletes them)",
+        ).pipe(Effect.annotateLogs({ sandboxes: left.map((n) => n.metadata?.name).join(",") }))
+      }
+    }
+    yield* Effect.logInfo("deleted restore Jobs and sandboxes; removing finalizer")
     yield* ignoreNotFound(
       patchMerge(checkPath(ns, check.metadata.name), {
         metadata: {
@@ -250,25 +301,73 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   })
 
   /** Deletes a Job only if it is still the object the cache showed (preconditions); NotFound is done. */
-  const deleteJob = (
-    ns: string,
-    job: V1Job,
-    preconditions: { uid?: string | undefined; resourceVersion?: string },
-  ) =>
+  const deleteJob = (job: V1Job, preconditions: { uid?: string | undefined; resourceVersion?: string }) =>
     ignoreNotFound(
       client.request({
         method: "DELETE",
-        path: jobPath(ns, job.metadata?.name ?? ""),
+        path: jobPath(job.metadata?.namespace ?? "", job.metadata?.name ?? ""),
         body: { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Background", preconditions },
       }),
     )
 
+  /** Deletes a sandbox namespace if it is still the one seen (uid precondition); gone or changed is done. */
+  const deleteNamespace = (n: V1Namespace) =>
+    ignoreNotFound(
+      client.request({
+        method: "DELETE",
+        path: pathOf(namespaces, { name: n.metadata?.name ?? "" }),
+        body: {
+          apiVersion: "v1",
+          kind: "DeleteOptions",
+          propagationPolicy: "Background",
+          preconditions: { uid: n.metadata?.uid },
+        },
+      }),
+    ).pipe(Effect.catchIf(isConflict, () => Effect.void))
+
+  /** A check's sandboxes as the API server has them now (LIST by the check's uid label). */
+  const liveSandboxes = (uid: string) =>
+    client
+      .request<{ items: V1Namespace[] }>({
+        method: "GET",
+        path: pathOf(namespaces),
+        query: { labelSelector: `${labelSandbox}=true,${labelBackupCheckUid}=${uid}` },
+      })
+      .pipe(Effect.map((l) => l.items ?? []))
+
+  /**
+   * The sweeper for a check the cache does not hold: its sandboxes (found by its key) are deleted once
+   * the API confirms the check is gone or was re-created (another uid). A check the cache is merely
+   * behind on is waited for.
+   */
+  const sweepGone = Effect.fnUntraced(function* (namespace: string, name: string) {
+    const candidates = (options.namespaces?.byIndex(sandboxKeyIndex, `${namespace}/${name}`) ?? []).filter(
+      (n) => !n.metadata?.deletionTimestamp,
+    )
+    if (candidates.length === 0) return {}
+    const live = yield* client
+      .request<{ items: BackupCheck[] }>({
+        method: "GET",
+        path: pathOf(backupChecks, { namespace }),
+        query: { fieldSelector: `metadata.name=${name}` },
+      })
+      .pipe(Effect.map((l) => l.items?.[0]))
+    for (const n of candidates) {
+      if (live !== undefined && sandboxCheckUid(n) === live.metadata.uid) continue
+      yield* Effect.logInfo("deleting an orphan sandbox (its check is gone)").pipe(
+        Effect.annotateLogs({ sandbox: n.metadata?.name }),
+      )
+      yield* deleteNamespace(n)
+    }
+    return live !== undefined ? { requeueAfterMs: 1000 } : {}
+  })
+
   /** A Job's own Pods, by the uid label the Job controller sets: an older Job of the same name has other Pods. */
-  const listPods = (ns: string, job: V1Job) =>
+  const listPods = (job: V1Job) =>
     client
       .request<{ items: V1Pod[] }>({
         method: "GET",
-        path: pathOf(pods, { namespace: ns }),
+        path: pathOf(pods, { namespace: job.metadata?.namespace ?? "" }),
         query: { labelSelector: `batch.kubernetes.io/controller-uid=${job.metadata?.uid ?? ""}` },
       })
       .pipe(Effect.map((l) => l.items ?? []))
@@ -284,14 +383,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       .pipe(Effect.map((l) => l.items?.[0]))
 
   /** The verdict of a finished Job, from its conditions and its Pods' termination state. */
-  const readVerdict = (
-    ns: string,
-    job: V1Job,
-    run: LastRun,
-    backupName: string,
-    phase: Phase["name"] = "restore",
-  ) =>
-    Effect.map(listPods(ns, job), (jobPods): Verdict => {
+  const readVerdict = (job: V1Job, run: LastRun, backupName: string, phase: Phase["name"] = "restore") =>
+    Effect.map(listPods(job), (jobPods): Verdict => {
       const startedAt = phase === "validation" ? toKubeTime(createdAt(job)) : run.startTime
       const outcome = jobOutcome(job, jobPods, { backupName, startedAt, phase })
       return outcome.phase === "Running"
@@ -339,7 +432,12 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             name: check.metadata.name,
             uid,
           },
-          related: { apiVersion: "batch/v1", kind: "Job", namespace: ns, name: blocking.jobName },
+          related: {
+            apiVersion: "batch/v1",
+            kind: "Job",
+            namespace: blocking.sandbox?.namespace ?? ns,
+            name: blocking.jobName,
+          },
         },
       })
       .pipe(
@@ -371,8 +469,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       const cached = options.checks.get(`${req.namespace}/${req.name}`)
-      if (!cached) return {}
-      if (cached.metadata.deletionTimestamp) return yield* cleanup(cached)
+      if (!cached) return yield* sweepGone(req.namespace, req.name)
+      if (cached.metadata.deletionTimestamp) return yield* cleanup(cached, now)
       /** The check as last read or written: every write carries its resourceVersion. */
       let check: BackupCheck = cached
 
@@ -420,6 +518,19 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         // Unreachable after parseBackupCheck; the type says a duration may fail to parse, so say so.
         return yield* new TerminalError({ message: `invalid spec: spec.timeout: ${timeoutMs.error}` })
       }
+      if (spec.sandbox !== undefined && options.namespaces === undefined) {
+        const message =
+          "invalid spec: spec.sandbox needs a member registered cluster-wide: a member scoped to namespaces (fleetcheck.io/namespaces) cannot create a namespace per run"
+        yield* writeStatus(
+          check,
+          withVerified(check.status ?? {}, {
+            status: "False",
+            reason: conditionReasons.InvalidSpec,
+            message,
+          }),
+        )
+        return yield* new TerminalError({ message })
+      }
       const timeoutSeconds = Math.max(1, Math.ceil(timeoutMs / 1000))
       const runTimeoutMs: number = timeoutMs
       // The cached status is the record and the base of every write; an invalid one (dropped by the
@@ -432,7 +543,27 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           ? undefined
           : (run.specHash ?? (recorded.observedGeneration === generation ? specHash : undefined))
 
-      const owned = options.jobs.byIndex(ownerUidIndex, uid)
+      const checkRef = { name: check.metadata.name, namespace: ns, uid }
+      /** A Job in its run's sandbox, labelled with this check's uid: ours without an ownerReference. */
+      const inItsSandbox = (job: V1Job) =>
+        sandboxCheckUid(job) === uid &&
+        job.metadata?.namespace === sandboxNamespaceFor(checkRef, runIDOf(job) ?? "")
+      const ours = (job: V1Job) => controlledBy(job, uid) || inItsSandbox(job)
+      const owned = [
+        ...options.jobs.byIndex(ownerUidIndex, uid),
+        ...options.jobs.byIndex(sandboxUidIndex, uid).filter(inItsSandbox),
+      ]
+      /** Where a run's Jobs live: its sandbox, or the check's namespace. */
+      const runNs = (run: LastRun) => run.sandbox?.namespace ?? ns
+      const windowMs = (() => {
+        const ms = parseDuration(spec.sandbox?.validationWindow ?? "0s")
+        return typeof ms === "number" ? ms : 0
+      })()
+      /** Sandboxes deleted in this pass, and deletes the API refused (name → message). */
+      const deletedNow = new Set<string>()
+      const cleanupRefused = new Map<string, { readonly reason: string; readonly message: string }>()
+      /** The earliest time a sandbox is due for deletion or becomes an orphan. */
+      let sandboxWake: number | undefined
       let next: BackupCheckStatus = { ...recorded }
       /** Verdicts decided in this pass: logged, and given their verification span once written. */
       const decided: Array<{ readonly run: LastRun; readonly verdict: Verdict; readonly finished: LastRun }> =
@@ -493,11 +624,46 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           ...(job.metadata?.annotations?.[annotationSpecHash]
             ? { specHash: job.metadata.annotations[annotationSpecHash] }
             : {}),
+          ...(job.metadata?.namespace !== undefined && job.metadata.namespace !== ns
+            ? { sandbox: { namespace: job.metadata.namespace, cleanup: "Pending" as const } }
+            : {}),
+        }
+      }
+      /**
+       * Each recorded run's sandbox cleanup as the cluster shows it (ADR 0009): derived from the run and
+       * the namespace cache on every write, so it survives restarts and failovers. A delete due but not
+       * sent in this pass keeps the state it had.
+       */
+      const withSandbox = (run: LastRun): LastRun => {
+        const sandbox = run.sandbox
+        if (sandbox === undefined || options.namespaces === undefined) return run
+        const live = options.namespaces.get(sandbox.namespace)
+        if (sandbox.cleanup === "Deleted" && live === undefined) return run
+        const step = cleanupStep(run, sandbox, live, windowMs, now)
+        const refused = cleanupRefused.get(sandbox.namespace)
+        const status: SandboxStatus =
+          step.action === "none" || deletedNow.has(sandbox.namespace)
+            ? step.status
+            : refused !== undefined
+              ? { ...step.status, cleanup: "Failed", reason: refused.reason, message: refused.message }
+              : sandbox.cleanup === "Failed"
+                ? { ...sandbox, deleteAfter: step.status.deleteAfter }
+                : { ...step.status, cleanup: "Pending" }
+        return { ...run, sandbox: status }
+      }
+      const withSandboxes = (status: BackupCheckStatus): BackupCheckStatus => {
+        if (options.namespaces === undefined) return status
+        const lastRun = status.lastRun && withSandbox(status.lastRun)
+        const history = status.history?.map(withSandbox)
+        return {
+          ...status,
+          ...(lastRun !== undefined ? { lastRun } : {}),
+          ...(history !== undefined ? { history } : {}),
         }
       }
       /** observedGeneration on the status and on Verified: the generation this status describes. */
       const finalize = (withHistory: BackupCheckStatus): BackupCheckStatus => {
-        const status = withObjectives(boundHistory(withHistory, spec.historyLimit))
+        const status = withSandboxes(withObjectives(boundHistory(withHistory, spec.historyLimit)))
         const verified = findVerified(status)
         return verified
           ? withVerified(status, {
@@ -592,8 +758,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             return { requeueAfterMs: 1000 }
         } else {
           // Not in the cache: the Job informer may be behind the BackupCheck informer. Ask the API.
-          const live = yield* liveJob(ns, current.jobName)
-          if (live !== undefined && controlledBy(live, uid)) return { requeueAfterMs: 1000 }
+          const live = yield* liveJob(runNs(current), current.jobName)
+          if (live !== undefined && ours(live)) return { requeueAfterMs: 1000 }
           recordVerdict(current, {
             phase: "Failed",
             reason: conditionReasons.RestoreJobMissing,
@@ -617,20 +783,86 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
 
       // 2. Decide the next run.
       const active = owned.filter((j) => jobPhase(j) === "Active" && !j.metadata?.deletionTimestamp)
+      // A sandbox's Jobs stay while people may inspect it, and go with it.
       const prune = Effect.suspend(() =>
         Effect.forEach(
-          jobsToPrune(recorded.lastRun, owned, spec),
+          jobsToPrune(
+            recorded.lastRun,
+            owned.filter((j) => j.metadata?.namespace === ns),
+            spec,
+          ),
           (job) =>
-            deleteJob(ns, job, { uid: job.metadata?.uid }).pipe(
-              Effect.catchIf(isConflict, () => Effect.void),
-            ),
+            deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void)),
           { discard: true },
         ),
+      )
+      /**
+       * The sweeper's pass for this check: deletes the sandboxes of finished runs whose validation
+       * window has passed, and orphans: a sandbox of another uid under this check's name (a re-created
+       * check), or of no recorded run and no active Job of ours (a superseded run whose record the
+       * history limit dropped, a hub that died between creating a sandbox and its run's Job) once it is
+       * older than sandboxOrphanGraceMs, so another hub's run being started is left alone.
+       */
+      const sweepSandboxes = Effect.suspend(() =>
+        Effect.gen(function* () {
+          const store = options.namespaces
+          if (store === undefined) return
+          const runs = [...(next.lastRun ? [next.lastRun] : []), ...(next.history ?? [])]
+          const recordedRuns = new Map(
+            runs.flatMap((r) => (r.sandbox ? [[r.sandbox.namespace, r] as const] : [])),
+          )
+          const seen = new Map<string, V1Namespace>()
+          for (const n of [
+            ...store.byIndex(sandboxUidIndex, uid),
+            ...store.byIndex(sandboxKeyIndex, `${ns}/${check.metadata.name}`),
+          ])
+            seen.set(n.metadata?.name ?? "", n)
+          const wake = (t: number) => {
+            if (sandboxWake === undefined || t < sandboxWake) sandboxWake = t
+          }
+          for (const [name, n] of seen) {
+            if (n.metadata?.deletionTimestamp) continue
+            const run = recordedRuns.get(name)
+            let due = false
+            if (sandboxCheckUid(n) !== uid) due = true
+            else if (run !== undefined && run.sandbox !== undefined) {
+              const step = cleanupStep(run, run.sandbox, n, windowMs, now)
+              if (step.action === "delete") due = true
+              else if (step.wakeAt !== undefined) wake(step.wakeAt)
+            } else if (!owned.some((j) => j.metadata?.namespace === name && jobPhase(j) === "Active")) {
+              const orphanAt =
+                (Date.parse(String(n.metadata?.creationTimestamp ?? "")) || now) +
+                options.sandboxOrphanGraceMs
+              if (now >= orphanAt) due = true
+              else wake(orphanAt)
+            }
+            if (!due) continue
+            const result = yield* deleteNamespace(n).pipe(Effect.result)
+            if (result._tag === "Success") {
+              deletedNow.add(name)
+              yield* Effect.logInfo(
+                run ? "deleting a finished run's sandbox" : "deleting an orphan sandbox",
+              ).pipe(Effect.annotateLogs({ sandbox: name, ...(run ? { run: run.runID } : {}) }))
+            } else {
+              const e = result.failure
+              const reason = e instanceof KubeApiError && e.status === 403 ? "Forbidden" : "DeleteFailed"
+              cleanupRefused.set(name, {
+                reason,
+                message: boundMessage(`deleting sandbox ${name}: ${String(e)}`),
+              })
+              wake(now + 30_000)
+              yield* Effect.logWarning("deleting a sandbox failed").pipe(
+                Effect.annotateLogs({ sandbox: name, error: String(e) }),
+              )
+            }
+          }
+        }),
       )
       const inFlight = () => next.lastRun?.result === "Running"
 
       if (spec.suspend) {
         const { nextRunTime: _none, ...rest } = next
+        yield* sweepSandboxes
         yield* write(
           withVerified(rest, {
             status: "Unknown",
@@ -639,7 +871,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           }),
         )
         yield* prune
-        return inFlight() ? { requeueAfterMs: runningPollMs } : {}
+        return inFlight() ? { requeueAfterMs: runningPollMs } : requeueAt(now, sandboxWake)
       }
 
       const last = next.lastRun
@@ -680,6 +912,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         const blocking = active.filter((j) => j.metadata?.name !== jobName)
         if (blocking.length > 0 && spec.concurrencyPolicy === "Forbid") {
           // The new run waits for the active one (its verdict is recorded when it ends).
+          yield* sweepSandboxes
           yield* write(applyStaleness(awaitingRun(next, target.runID)).status)
           yield* prune
           return { requeueAfterMs: runningPollMs }
@@ -688,7 +921,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           // Replace: only the Jobs the cache showed, as it showed them; one that changed meanwhile
           // (finished, say) fails the precondition and is reconsidered on the retry.
           for (const job of blocking) {
-            yield* deleteJob(ns, job, {
+            yield* deleteJob(job, {
               uid: job.metadata?.uid,
               ...(job.metadata?.resourceVersion ? { resourceVersion: job.metadata.resourceVersion } : {}),
             })
@@ -713,14 +946,17 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         if (decided.length > 0 || blocking.length > 0) yield* write(next)
 
         const keepVerdict = isVerdict(findVerified(next)) && hashOf(next.lastRun) === specHash
-        let job = owned.find((j) => j.metadata?.name === jobName)
-        if (job !== undefined && !controlledBy(job, uid)) job = undefined
+        const targetNs = spec.sandbox ? sandboxNamespaceFor(checkRef, target.runID) : ns
+        let job = owned.find((j) => j.metadata?.name === jobName && j.metadata?.namespace === targetNs)
         if (job === undefined) {
-          const conflict = options.jobs.get(`${ns}/${jobName}`)
-          job =
-            conflict !== undefined && !controlledBy(conflict, uid)
-              ? yield* nameConflict(conflict)
-              : yield* createJob(jobName, target.runID, traceparent)
+          const conflict = options.jobs.get(`${targetNs}/${jobName}`)
+          if (conflict !== undefined && !ours(conflict)) job = yield* nameConflict(conflict)
+          else {
+            // The sandbox, and its NetworkPolicy before anything runs in it, come first.
+            if (spec.sandbox && !(yield* ensureSandbox(target.runID, spec.sandbox)))
+              return { requeueAfterMs: 1000 }
+            job = yield* createJob(jobName, target.runID, traceparent, targetNs)
+          }
         }
         const run = runningRecord(job, target.runID)
         if (jobPhase(job) === "Active") setLastRun(run)
@@ -734,6 +970,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
           })
         }
+        yield* sweepSandboxes
         yield* write(applyStaleness(next).status)
         return requeueAt(now, now + runningPollMs - 500, due.nextRunTime)
       }
@@ -755,11 +992,12 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         })
       }
       const stale = applyStaleness(next)
+      yield* sweepSandboxes
       yield* write(stale.status)
       yield* prune
       return inFlight()
-        ? requeueAt(now, now + runningPollMs - 500, due.nextRunTime)
-        : requeueAt(now, due.nextRunTime, stale.deadline)
+        ? requeueAt(now, now + runningPollMs - 500, due.nextRunTime, sandboxWake)
+        : requeueAt(now, due.nextRunTime, stale.deadline, sandboxWake)
 
       /** Verified=False once the last success is older than maxStaleness; returns when that will happen. */
       function applyStaleness(status: BackupCheckStatus) {
@@ -824,18 +1062,19 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           const restore =
             (recordedValidation !== undefined && recordedRestore !== undefined
               ? verdictOfPhase(recordedRestore)
-              : undefined) ?? (yield* readVerdict(ns, restoreJob, run, backupName))
+              : undefined) ?? (yield* readVerdict(restoreJob, run, backupName))
           const restoreEnd = restore.completionTime ?? toKubeTime(now)
           const restorePhase = phaseRecord("restore", run.startTime, restore, restoreEnd)
           const vName = validationJobNameFor(check.metadata.name, run.runID)
-          let vJob = owned.find((j) => j.metadata?.name === vName && controlledBy(j, uid))
+          const jobNs = runNs(run)
+          let vJob = owned.find((j) => j.metadata?.name === vName && j.metadata?.namespace === jobNs)
           if (restore.phase === "Failed") {
             recordVerdict(run, restore)
             return "settled" as const
           }
           if (vJob === undefined && recordedValidation !== undefined) {
-            const live = yield* liveJob(ns, vName)
-            if (live !== undefined && controlledBy(live, uid)) return "waitForCache" as const
+            const live = yield* liveJob(jobNs, vName)
+            if (live !== undefined && ours(live)) return "waitForCache" as const
             recordVerdict(run, {
               phase: "Failed",
               reason: conditionReasons.RestoreJobMissing,
@@ -857,11 +1096,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             }
             // The validation has what is left of spec.timeout: the run as a whole keeps its bound.
             const left = runTimeoutMs - (Date.parse(restoreEnd) - Date.parse(run.startTime))
-            const conflict = options.jobs.get(`${ns}/${vName}`)
+            const conflict = options.jobs.get(`${jobNs}/${vName}`)
             vJob =
-              conflict !== undefined && !controlledBy(conflict, uid)
+              conflict !== undefined && !ours(conflict)
                 ? yield* nameConflict(conflict)
-                : yield* createJob(vName, run.runID, traceparentFor(uid, run.runID).traceparent, {
+                : yield* createJob(vName, run.runID, traceparentFor(uid, run.runID).traceparent, jobNs, {
                     timeoutSeconds: Math.max(
                       1,
                       Math.ceil((Number.isFinite(left) ? left : runTimeoutMs) / 1000),
@@ -878,7 +1117,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             })
             return "settled" as const
           }
-          const validation = yield* readVerdict(ns, vJob, run, backupName, "validation")
+          const validation = yield* readVerdict(vJob, run, backupName, "validation")
           const vEnd = validation.completionTime ?? toKubeTime(now)
           recordVerdict(run, {
             ...validation,
@@ -894,6 +1133,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         jobName: string,
         runID: string,
         traceparent: string,
+        jobNs: string,
         validation?: { readonly timeoutSeconds: number; readonly env: ReadonlyArray<V1EnvVar> },
       ) {
         return Effect.gen(function* () {
@@ -908,9 +1148,18 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             ...(validation && spec.validation
               ? { validation: { jobTemplate: spec.validation.jobTemplate, env: validation.env } }
               : {}),
+            ...(jobNs !== ns
+              ? {
+                  sandbox: {
+                    namespace: jobNs,
+                    labels: sandboxLabels(checkRef, runID),
+                    annotations: sandboxAnnotations(checkRef),
+                  },
+                }
+              : {}),
           })
           const created = yield* client
-            .request<V1Job>({ method: "POST", path: pathOf(jobs, { namespace: ns }), body: rendered })
+            .request<V1Job>({ method: "POST", path: pathOf(jobs, { namespace: jobNs }), body: rendered })
             .pipe(
               Effect.map((job) => ({ job, refused: undefined })),
               Effect.catchIf(isAlreadyExists, () => Effect.succeed({ job: undefined, refused: undefined })),
@@ -935,7 +1184,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             return created.job
           }
           // AlreadyExists: ours (another hub, or our cache is behind), or someone else's.
-          const live = yield* liveJob(ns, jobName)
+          const live = yield* liveJob(jobNs, jobName)
           if (live === undefined) {
             return yield* new RestoreJobCreateError({
               job: jobName,
@@ -943,7 +1192,80 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
               message: `restore Job ${jobName} was reported to exist, then was not found; retrying`,
             })
           }
-          return controlledBy(live, uid) ? live : yield* nameConflict(live)
+          return ours(live) ? live : yield* nameConflict(live)
+        })
+      }
+
+      /**
+       * Creates the run's sandbox: the namespace, then its NetworkPolicy (before any Job runs there),
+       * quota and limit range. AlreadyExists of our own is success (another hub, a retry); a namespace
+       * of that name that is not this check's is a NameConflict. False while a namespace of that name
+       * is still being deleted.
+       */
+      function ensureSandbox(runID: string, sandboxSpec: SandboxSpec) {
+        return Effect.gen(function* () {
+          const objects = renderSandbox(checkRef, runID, sandboxSpec)
+          const name = objects.namespace.metadata?.name ?? ""
+          const refused = (what: string) => (e: KubeApiError) =>
+            Effect.gen(function* () {
+              const message = boundMessage(`creating ${what} of sandbox ${name}: ${e.message}`)
+              yield* write(
+                withVerified(next, { status: "False", reason: conditionReasons.JobCreateFailed, message }),
+              )
+              return yield* new RestoreJobCreateError({
+                job: name,
+                reason: conditionReasons.JobCreateFailed,
+                message,
+              })
+            })
+          const createdNs = yield* client
+            .request<V1Namespace>({ method: "POST", path: pathOf(namespaces), body: objects.namespace })
+            .pipe(
+              Effect.catchIf(isAlreadyExists, () => Effect.succeed(undefined)),
+              Effect.catchIf(isRefusal, refused("the namespace")),
+            )
+          if (createdNs === undefined) {
+            const live = yield* client
+              .request<{ items: V1Namespace[] }>({
+                method: "GET",
+                path: pathOf(namespaces),
+                query: { fieldSelector: `metadata.name=${name}` },
+              })
+              .pipe(Effect.map((l) => l.items?.[0]))
+            if (live === undefined) return false
+            if (sandboxCheckUid(live) !== uid) {
+              const message = boundMessage(
+                `sandbox namespace ${name} already exists and is not this BackupCheck's (labelled ${labelBackupCheckUid}=${live.metadata?.labels?.[labelBackupCheckUid] ?? "<none>"}); delete that namespace`,
+              )
+              yield* write(
+                withVerified(next, { status: "False", reason: conditionReasons.NameConflict, message }),
+              )
+              return yield* new RestoreJobCreateError({
+                job: name,
+                reason: conditionReasons.NameConflict,
+                message,
+              })
+            }
+            if (live.metadata?.deletionTimestamp) return false
+          } else {
+            yield* Effect.logInfo("created sandbox").pipe(Effect.annotateLogs({ sandbox: name, run: runID }))
+          }
+          const inSandbox: ReadonlyArray<readonly [string, typeof networkPolicies, unknown]> = [
+            ["the NetworkPolicy", networkPolicies, objects.networkPolicy],
+            ...(objects.resourceQuota
+              ? [["the ResourceQuota", resourceQuotas, objects.resourceQuota] as const]
+              : []),
+            ...(objects.limitRange
+              ? [["the LimitRange", limitRanges, limitRangeBody(objects.limitRange)] as const]
+              : []),
+          ]
+          for (const [what, kind, body] of inSandbox) {
+            yield* client.request({ method: "POST", path: pathOf(kind, { namespace: name }), body }).pipe(
+              Effect.catchIf(isAlreadyExists, () => Effect.void),
+              Effect.catchIf(isRefusal, refused(what)),
+            )
+          }
+          return true
         })
       }
 

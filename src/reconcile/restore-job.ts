@@ -31,6 +31,17 @@ export interface RestoreJobInput {
   readonly validation?:
     | { readonly jobTemplate: BackupCheckSpecInput["jobTemplate"]; readonly env: ReadonlyArray<V1EnvVar> }
     | undefined
+  /**
+   * The run's sandbox (spec.sandbox): the Job goes there, labelled and annotated to its check instead
+   * of owned by it (an ownerReference cannot cross namespaces).
+   */
+  readonly sandbox?:
+    | {
+        readonly namespace: string
+        readonly labels: Readonly<Record<string, string>>
+        readonly annotations: Readonly<Record<string, string>>
+      }
+    | undefined
 }
 
 const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1Container => {
@@ -62,6 +73,7 @@ export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
     ...(input.validation?.env ?? []),
   ]
   const labels = {
+    ...input.sandbox?.labels,
     [labelBackupCheck]: labelValueFor(check.metadata.name),
     [labelRun]: labelValueFor(runID),
     ...(input.validation ? { [labelPhase]: "validation" } : {}),
@@ -71,23 +83,28 @@ export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
     kind: "Job",
     metadata: {
       name: jobName,
-      namespace: check.metadata.namespace,
+      namespace: input.sandbox?.namespace ?? check.metadata.namespace,
       labels: { ...template.metadata?.labels, ...labels },
       annotations: {
         ...template.metadata?.annotations,
+        ...input.sandbox?.annotations,
         [annotationTraceparent]: input.traceparent,
         [annotationSpecHash]: input.specHash,
       },
-      ownerReferences: [
-        {
-          apiVersion: check.apiVersion,
-          kind: check.kind,
-          name: check.metadata.name,
-          uid: check.metadata.uid,
-          controller: true,
-          blockOwnerDeletion: true,
-        },
-      ],
+      ...(input.sandbox
+        ? {}
+        : {
+            ownerReferences: [
+              {
+                apiVersion: check.apiVersion,
+                kind: check.kind,
+                name: check.metadata.name,
+                uid: check.metadata.uid,
+                controller: true,
+                blockOwnerDeletion: true,
+              },
+            ],
+          }),
     },
     spec: {
       // A verification that fails should say so, not retry six times with growing back-off.

@@ -72,7 +72,7 @@ describe("restore drills on a real cluster", () => {
       backupCheck("staggered", ns, { spec: { schedule: "* * * * *", startWindow: "40s", timeout: "10s" } }),
     )
     staggered = { created: Date.parse(obj.metadata.creationTimestamp), uid: obj.metadata.uid }
-    engine = await startEngine(c, { runningPollMs: 1_000 })
+    engine = await startEngine(c, { runningPollMs: 1_000, sandboxOrphanGraceMs: 2_000 })
   })
 
   afterAll(async () => {
@@ -90,6 +90,27 @@ describe("restore drills on a real cluster", () => {
       ["validation without a Job", { validation: {} }, /spec.validation.jobTemplate: Required/],
       ["negative maxDataAge", { objectives: { maxDataAge: "-5m" } }, /spec.objectives.maxDataAge/],
       ["zero maxRestoreDuration", { objectives: { maxRestoreDuration: "0s" } }, /must be greater than 0/],
+      [
+        "egress CIDR garbage",
+        { sandbox: { egress: [{ cidr: "10.0.0.0/33" }] } },
+        /spec.sandbox.egress\[0\].cidr: Invalid value.*must be an IPv4 or IPv6 CIDR/,
+      ],
+      [
+        "egress without a CIDR",
+        { sandbox: { egress: [{ ports: [{ port: 53 }] }] } },
+        /spec.sandbox.egress\[0\].cidr: Required/,
+      ],
+      [
+        "negative validationWindow",
+        { sandbox: { validationWindow: "-1m" } },
+        /spec.sandbox.validationWindow/,
+      ],
+      ["validationWindow over 168h", { sandbox: { validationWindow: "200h" } }, /between 0s and 168h/],
+      [
+        "quota garbage",
+        { sandbox: { resourceQuota: { hard: { pods: "lots" } } } },
+        /spec.sandbox.resourceQuota.hard.pods/,
+      ],
     ]
     it.each(cases)("%s", async (_label, spec, message) => {
       const m = backupCheck(`invalid-${Math.random().toString(36).slice(2, 8)}`, ns, { spec })
@@ -392,6 +413,200 @@ describe("restore drills on a real cluster", () => {
     const rv = (await get("off-target")).metadata.resourceVersion
     await new Promise((r) => setTimeout(r, 2_500))
     expect((await get("off-target")).metadata.resourceVersion).toBe(rv)
+  })
+
+  describe("sandbox per run", () => {
+    const nsPath = (name: string) => `/api/v1/namespaces/${name}`
+    const sandboxOf = (name: string) =>
+      waitUntil(`${name} runs in a sandbox`, 30_000, async () => {
+        const obj = await get(name)
+        return obj.status?.lastRun?.sandbox?.namespace ? obj : undefined
+      })
+    const items = async (path: string) => ((await c.api("GET", path)).body.items ?? []) as any[]
+    /** Polls the namespace until the API no longer has it; returns when it was first seen terminating or gone. */
+    const goneAt = (name: string, timeoutMs = 60_000) => {
+      let leaving: number | undefined
+      return waitUntil(
+        `namespace ${name} deleted`,
+        timeoutMs,
+        async () => {
+          const res = await c.api("GET", nsPath(name))
+          if (res.status === 200 && res.body.metadata.deletionTimestamp) leaving ??= Date.now()
+          if (res.status !== 404) return undefined
+          return leaving ?? Date.now()
+        },
+        100,
+      )
+    }
+    const sandboxSpec = {
+      egress: [
+        { cidr: "10.96.0.10/32", ports: [{ port: 53, protocol: "UDP" }, { port: 53 }] },
+        { cidr: "192.0.2.0/24", ports: [{ port: 443 }] },
+      ],
+      resourceQuota: { hard: { pods: "4", "limits.memory": "2Gi" } },
+      limitRange: { default: { memory: "256Mi" } },
+    }
+    const validation = {
+      jobTemplate: {
+        spec: { template: { spec: { containers: [{ name: "validate", image: "validate:1" }] } } },
+      },
+    }
+
+    it("runs restore and validation in an isolated sandbox, records the verdict once, deletes the sandbox after the window", async () => {
+      const created = await create(
+        backupCheck("sandboxed", ns, {
+          spec: { timeout: "30s", validation, sandbox: { ...sandboxSpec, validationWindow: "8s" } },
+          annotations: { "fleetcheck.io/simulate-delay": "1s" },
+        }),
+      )
+      const running = await sandboxOf("sandboxed")
+      const sandbox = running.status.lastRun.sandbox.namespace as string
+      expect(sandbox).toMatch(/^fcsb-sandboxed-g1-[0-9a-f]{10}$/)
+      const obj = await lastRunOf("sandboxed", "g1")
+      const observedAt = Date.now()
+      expect(verified(obj)).toMatchObject({ status: "True", reason: "ValidationSucceeded" })
+
+      // What the API server holds (read by the test, not the hub): the namespace, labelled to its check
+      // and run; the deny-all policy with exactly the allowlist; the quota and limits; both Jobs inside.
+      const namespace = (await c.api("GET", nsPath(sandbox))).body
+      expect(namespace.metadata.labels).toMatchObject({
+        "fleetcheck.io/sandbox": "true",
+        "fleetcheck.io/backupcheck": "sandboxed",
+        "fleetcheck.io/backupcheck-uid": created.metadata.uid,
+        "fleetcheck.io/run": "g1",
+      })
+      const policies = await items(`/apis/networking.k8s.io/v1/namespaces/${sandbox}/networkpolicies`)
+      expect(policies).toHaveLength(1)
+      expect(policies[0].spec.podSelector).toEqual({})
+      expect(policies[0].spec.policyTypes).toEqual(["Ingress", "Egress"])
+      expect(policies[0].spec.ingress ?? []).toEqual([])
+      expect(policies[0].spec.egress).toEqual([
+        {
+          to: [{ ipBlock: { cidr: "10.96.0.10/32" } }],
+          ports: [
+            { port: 53, protocol: "UDP" },
+            { port: 53, protocol: "TCP" },
+          ],
+        },
+        { to: [{ ipBlock: { cidr: "192.0.2.0/24" } }], ports: [{ port: 443, protocol: "TCP" }] },
+      ])
+      const quotas = await items(`/api/v1/namespaces/${sandbox}/resourcequotas`)
+      expect(quotas.map((q) => q.spec.hard)).toEqual([{ pods: "4", "limits.memory": "2Gi" }])
+      const limits = await items(`/api/v1/namespaces/${sandbox}/limitranges`)
+      expect(limits.map((l) => l.spec.limits)).toEqual([
+        [expect.objectContaining({ type: "Container", default: { memory: "256Mi" } })],
+      ])
+      const jobs = await items(`/apis/batch/v1/namespaces/${sandbox}/jobs`)
+      expect(jobs.map((j) => j.metadata.name).sort()).toEqual(["sandboxed-g1", "sandboxed-g1-validate"])
+      for (const j of jobs) expect(j.metadata.ownerReferences).toBeUndefined()
+      const pods = await items(`/api/v1/namespaces/${sandbox}/pods`)
+      expect(pods.length).toBeGreaterThanOrEqual(2)
+      for (const p of pods) expect(p.spec.containers[0].resources.limits.memory).toBe("256Mi") // the LimitRange applied
+      const outside = await items(
+        `${jobsPath}?labelSelector=${encodeURIComponent("fleetcheck.io/backupcheck=sandboxed")}`,
+      )
+      expect(outside).toEqual([])
+
+      // Open for inspection until the window has passed, then deleted; the status follows.
+      const deleteAfter = Date.parse(obj.status.lastRun.sandbox.deleteAfter)
+      expect(deleteAfter).toBe(Date.parse(obj.status.lastRun.completionTime) + 8_000)
+      if (observedAt < deleteAfter - 500) expect(obj.status.lastRun.sandbox.cleanup).toBe("Pending")
+      const leaving = await goneAt(sandbox)
+      expect(leaving).toBeGreaterThanOrEqual(deleteAfter - 1000) // the API server's second resolution
+      const done = await waitUntil("cleanup Deleted", 20_000, async () => {
+        const o = await get("sandboxed")
+        return o.status.lastRun.sandbox.cleanup === "Deleted" ? o : undefined
+      })
+      expect(done.status.history).toHaveLength(1) // the verdict, recorded once
+      expect(done.status.history[0].sandbox).toMatchObject({ namespace: sandbox, cleanup: "Deleted" })
+      expect(verified(done)).toMatchObject({ status: "True", reason: "ValidationSucceeded" })
+    }, 90_000)
+
+    it("a check deleted mid-run takes its sandbox with it before its finalizer goes", async () => {
+      await create(
+        backupCheck("doomed", ns, { spec: { timeout: "60s", sandbox: sandboxSpec }, annotations: hang }),
+      )
+      const running = await sandboxOf("doomed")
+      const sandbox = running.status.lastRun.sandbox.namespace as string
+      await waitUntil(
+        "doomed's Job runs in its sandbox",
+        20_000,
+        async () => (await items(`/apis/batch/v1/namespaces/${sandbox}/jobs`)).length === 1,
+      )
+      expect((await c.api("DELETE", `${checksPath}/doomed`)).status).toBe(200)
+      await waitUntil(
+        "doomed deleted",
+        60_000,
+        async () => (await c.api("GET", `${checksPath}/doomed`)).status === 404,
+      )
+      // The finalizer went only once the sandbox was gone.
+      expect((await c.api("GET", nsPath(sandbox))).status).toBe(404)
+    }, 90_000)
+
+    it("leaves no sandbox behind when the hub dies mid-run: a new hub records the verdict once and the sweeper deletes orphans", async () => {
+      const survivor = await create(
+        backupCheck("survivor", ns, {
+          spec: { timeout: "60s", sandbox: sandboxSpec },
+          annotations: { "fleetcheck.io/simulate-delay": "4s" },
+        }),
+      )
+      await create(
+        backupCheck("forsaken", ns, { spec: { timeout: "60s", sandbox: sandboxSpec }, annotations: hang }),
+      )
+      const survivorSandbox = (await sandboxOf("survivor")).status.lastRun.sandbox.namespace as string
+      const forsakenSandbox = (await sandboxOf("forsaken")).status.lastRun.sandbox.namespace as string
+      // The hub dies with both runs in flight (its scope closed without a drain: no cleanup runs).
+      await engine?.stop()
+      engine = undefined
+      // Meanwhile: forsaken is deleted and its finalizer stripped by hand (nobody cleans its sandbox),
+      // and a sandbox of survivor appears that no run records (a hub died between creating it and the
+      // run's Job).
+      expect((await c.api("DELETE", `${checksPath}/forsaken`)).status).toBe(200)
+      const stripped = await c.kubectl([
+        "patch",
+        "-n",
+        ns,
+        "backupcheck/forsaken",
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+      ])
+      expect(stripped.code, stripped.stderr).toBe(0)
+      const stray = "fcsb-survivor-g99-0000000000"
+      expect(
+        (
+          await c.api("POST", "/api/v1/namespaces", {
+            metadata: {
+              name: stray,
+              labels: {
+                "fleetcheck.io/sandbox": "true",
+                "fleetcheck.io/backupcheck": "survivor",
+                "fleetcheck.io/backupcheck-uid": survivor.metadata.uid,
+                "fleetcheck.io/run": "g99",
+              },
+              annotations: { "fleetcheck.io/backupcheck": `${ns}/survivor` },
+            },
+          })
+        ).status,
+      ).toBe(201)
+      await waitUntil("survivor's restore finished while no hub ran", 30_000, async () => {
+        const [job] = await items(`/apis/batch/v1/namespaces/${survivorSandbox}/jobs`)
+        return job?.status?.succeeded === 1
+      })
+      engine = await startEngine(c, { runningPollMs: 1_000, sandboxOrphanGraceMs: 2_000 })
+      const obj = await lastRunOf("survivor", "g1")
+      expect(verified(obj)).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+      await Promise.all([goneAt(survivorSandbox), goneAt(forsakenSandbox), goneAt(stray)])
+      const left = await items(
+        `/api/v1/namespaces?labelSelector=${encodeURIComponent("fleetcheck.io/sandbox=true")}`,
+      )
+      expect(left.map((n) => n.metadata.name)).toEqual([])
+      const done = await waitUntil("survivor cleanup Deleted", 20_000, async () => {
+        const o = await get("survivor")
+        return o.status.lastRun.sandbox.cleanup === "Deleted" ? o : undefined
+      })
+      expect(done.status.history.map((r: any) => r.runID)).toEqual(["g1"])
+    }, 120_000)
   })
 
   it("starts a scheduled slot at its offset in the start window; nextRunTime is that start", async () => {

@@ -248,7 +248,15 @@ describe("fleetcheck register / unregister", () => {
       // And not more.
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces/apps/secrets" })).toBe(403)
       expect(await as.status({ method: "GET", path: "/api/v1/secrets" })).toBe(403)
-      expect(await as.status({ method: "GET", path: "/api/v1/namespaces" })).toBe(403)
+      // Sandboxes (ADR 0009): list and watch namespaces, create and delete them; create the isolation.
+      expect(await as.status({ method: "GET", path: "/api/v1/namespaces" })).toBe(200)
+      for (const verb of ["create", "delete", "watch"]) expect(await as.can(verb, "namespaces")).toBe(true)
+      expect(await as.can("create", "networkpolicies", { group: "networking.k8s.io", ns: "apps" })).toBe(true)
+      expect(await as.can("create", "resourcequotas", { ns: "apps" })).toBe(true)
+      expect(await as.can("create", "limitranges", { ns: "apps" })).toBe(true)
+      expect(await as.can("update", "namespaces")).toBe(false)
+      expect(await as.can("delete", "networkpolicies", { group: "networking.k8s.io", ns: "apps" })).toBe(false)
+      expect(await as.can("update", "resourcequotas", { ns: "apps" })).toBe(false)
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces/apps/configmaps" })).toBe(403)
       expect(await as.can("create", "pods", { ns: "apps" })).toBe(false)
       expect(await as.can("create", "serviceaccounts", { ns: "apps", sub: "token" })).toBe(false)

@@ -32,6 +32,8 @@ export const engineOptions = (
   workers: defaultHubConfig.workersPerMember,
   globalLimit: undefined,
   runningPollMs: defaultHubConfig.runningPollMs,
+  sandboxCleanupTimeoutMs: defaultHubConfig.sandboxCleanupTimeoutMs,
+  sandboxOrphanGraceMs: defaultHubConfig.sandboxOrphanGraceMs,
   resyncMs: defaultHubConfig.resyncPeriodMs,
   drainGraceMs: () => defaultHubConfig.drainGraceMs,
   mayWrite: Effect.succeed(true),

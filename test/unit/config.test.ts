@@ -74,6 +74,8 @@ describe("hub configuration", () => {
       "status-interval": "5s",
       "drain-grace": "10s",
       "running-poll": "15s",
+      "sandbox-cleanup-timeout": "5m",
+      "sandbox-orphan-grace": "30s",
       "resync-period": "1h",
       "credential-expiry-warning": "48h",
       "capi-kubeconfig-selector": "cluster.x-k8s.io/cluster-name",
