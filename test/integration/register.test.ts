@@ -255,7 +255,9 @@ describe("fleetcheck register / unregister", () => {
       expect(await as.can("create", "resourcequotas", { ns: "apps" })).toBe(true)
       expect(await as.can("create", "limitranges", { ns: "apps" })).toBe(true)
       expect(await as.can("update", "namespaces")).toBe(false)
-      expect(await as.can("delete", "networkpolicies", { group: "networking.k8s.io", ns: "apps" })).toBe(false)
+      expect(await as.can("delete", "networkpolicies", { group: "networking.k8s.io", ns: "apps" })).toBe(
+        false,
+      )
       expect(await as.can("update", "resourcequotas", { ns: "apps" })).toBe(false)
       expect(await as.status({ method: "GET", path: "/api/v1/namespaces/apps/configmaps" })).toBe(403)
       expect(await as.can("create", "pods", { ns: "apps" })).toBe(false)
