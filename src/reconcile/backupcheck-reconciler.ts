@@ -75,6 +75,7 @@ import {
   sandboxCheckUid,
   sandboxLabels,
   sandboxNamespaceFor,
+  sandboxPodSecurity,
 } from "./sandbox.ts"
 import { dueRun } from "./schedule.ts"
 
@@ -1204,7 +1205,20 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        */
       function ensureSandbox(runID: string, sandboxSpec: SandboxSpec) {
         return Effect.gen(function* () {
-          const objects = renderSandbox(checkRef, runID, sandboxSpec)
+          // The sandbox enforces the check namespace's Pod Security level, at least baseline.
+          const home = yield* client
+            .request<{ items: V1Namespace[] }>({
+              method: "GET",
+              path: pathOf(namespaces),
+              query: { fieldSelector: `metadata.name=${ns}` },
+            })
+            .pipe(Effect.map((l) => l.items?.[0]))
+          const objects = renderSandbox(
+            checkRef,
+            runID,
+            sandboxSpec,
+            sandboxPodSecurity(home?.metadata?.labels),
+          )
           const name = objects.namespace.metadata?.name ?? ""
           const refused = (what: string) => (e: KubeApiError) =>
             Effect.gen(function* () {

@@ -75,6 +75,21 @@ export const sandboxCheckKey = (obj: {
 export const sandboxCheckUid = (obj: { readonly metadata?: { readonly labels?: Record<string, string> } }) =>
   obj.metadata?.labels?.[labelSandbox] === "true" ? obj.metadata.labels[labelBackupCheckUid] : undefined
 
+/** Pod Security Admission levels, loosest first. */
+const podSecurityLevels = ["privileged", "baseline", "restricted"] as const
+export type PodSecurityLevel = (typeof podSecurityLevels)[number]
+export const podSecurityEnforceLabel = "pod-security.kubernetes.io/enforce"
+
+/**
+ * The Pod Security level a sandbox enforces: the check's namespace's, but never looser than baseline,
+ * so a sandbox is never a way around the admission rules of the namespace the check lives in.
+ */
+export const sandboxPodSecurity = (checkNamespaceLabels: Readonly<Record<string, string>> | undefined) => {
+  const level = checkNamespaceLabels?.[podSecurityEnforceLabel]
+  const rank = podSecurityLevels.indexOf(level as PodSecurityLevel)
+  return rank > 1 ? podSecurityLevels[rank] : "baseline"
+}
+
 export interface SandboxObjects {
   readonly namespace: V1Namespace
   readonly networkPolicy: V1NetworkPolicy
@@ -83,17 +98,26 @@ export interface SandboxObjects {
 }
 
 /**
- * Everything a run's sandbox holds before its Jobs: the namespace, a NetworkPolicy that denies all
+ * Everything a run's sandbox holds before its Jobs: the namespace (enforcing `podSecurity`), a NetworkPolicy that denies all
  * ingress and all egress but the allowlist (one rule per entry: its CIDR, its ports or every port; an
  * empty allowlist denies DNS too), and the quota and limit range when the spec sets them.
  */
-export const renderSandbox = (check: SandboxCheck, runID: string, spec: SandboxSpec): SandboxObjects => {
+export const renderSandbox = (
+  check: SandboxCheck,
+  runID: string,
+  spec: SandboxSpec,
+  podSecurity: PodSecurityLevel = "baseline",
+): SandboxObjects => {
   const name = sandboxNamespaceFor(check, runID)
   const labels = sandboxLabels(check, runID)
   const annotations = sandboxAnnotations(check)
   const meta = { name: sandboxObjectName, namespace: name, labels }
   return {
-    namespace: { apiVersion: "v1", kind: "Namespace", metadata: { name, labels, annotations } },
+    namespace: {
+      apiVersion: "v1",
+      kind: "Namespace",
+      metadata: { name, labels: { ...labels, [podSecurityEnforceLabel]: podSecurity }, annotations },
+    },
     networkPolicy: {
       apiVersion: "networking.k8s.io/v1",
       kind: "NetworkPolicy",

@@ -474,6 +474,7 @@ describe("restore drills on a real cluster", () => {
         "fleetcheck.io/backupcheck": "sandboxed",
         "fleetcheck.io/backupcheck-uid": created.metadata.uid,
         "fleetcheck.io/run": "g1",
+        "pod-security.kubernetes.io/enforce": "baseline", // never looser than the check's namespace
       })
       const policies = await items(`/apis/networking.k8s.io/v1/namespaces/${sandbox}/networkpolicies`)
       expect(policies).toHaveLength(1)

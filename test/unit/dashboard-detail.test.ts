@@ -83,3 +83,45 @@ describe("check page", () => {
     assert.include(renderCheckPage(view, check(undefined), cluster, opts), "No finished run yet.")
   })
 })
+
+describe("check page: sandbox", () => {
+  it("shows each run's sandbox and its cleanup state, with the reason of a failed cleanup", () => {
+    const sandboxed = (i: number, sandbox: Record<string, string>) => ({
+      ...run(i, "Succeeded", "RestoreSucceeded"),
+      sandbox,
+    })
+    const history = [
+      sandboxed(8, {
+        namespace: "fcsb-orders-s8-0123456789",
+        cleanup: "Pending",
+        deleteAfter: "2026-11-28T03:42:05Z",
+      }),
+      sandboxed(7, {
+        namespace: "fcsb-orders-s7-0123456789",
+        cleanup: "Failed",
+        reason: "Forbidden",
+        message: "namespaces is forbidden",
+      }),
+      sandboxed(6, { namespace: "fcsb-orders-s6-0123456789", cleanup: "Deleted" }),
+    ]
+    const text = renderCheckPage(view, check({ lastRun: history[0], history }), cluster, opts)
+    const section = text.slice(text.indexOf('id="history"'), text.indexOf('id="conditions"'))
+    assert.include(section, "<th>Sandbox</th>")
+    assert.include(section, "fcsb-orders-s8-0123456789")
+    assert.match(section, /Pending until <time[^>]*datetime="2026-11-28T03:42:05Z"/)
+    assert.include(section, 'Failed (Forbidden: <span class="full">namespaces is forbidden</span>)')
+    assert.match(section, /fcsb-orders-s6-0123456789<\/code><\/div><div class="nowrap">Deleted<\/div>/)
+    const lastRun = text.slice(text.indexOf('id="last-run"'), text.indexOf('id="history"'))
+    assert.include(lastRun, "<dt>Sandbox</dt>")
+    const plain = renderCheckPage(
+      view,
+      check({
+        lastRun: run(8, "Succeeded", "RestoreSucceeded"),
+        history: [run(8, "Succeeded", "RestoreSucceeded")],
+      }),
+      cluster,
+      opts,
+    )
+    assert.notInclude(plain, "Sandbox")
+  })
+})

@@ -12,6 +12,7 @@ import {
   sandboxCheckUid,
   sandboxLabels,
   sandboxNamespaceFor,
+  sandboxPodSecurity,
 } from "../../src/reconcile/sandbox.ts"
 
 const check = { name: "orders", namespace: "shop", uid: "0b3c-uid" }
@@ -48,6 +49,7 @@ describe("sandbox objects", () => {
     const o = renderSandbox(check, "g1", spec)
     const name = sandboxNamespaceFor(check, "g1")
     assert.deepStrictEqual(o.namespace.metadata?.labels, {
+      "pod-security.kubernetes.io/enforce": "baseline",
       "fleetcheck.io/sandbox": "true",
       "fleetcheck.io/backupcheck": "orders",
       "fleetcheck.io/backupcheck-uid": "0b3c-uid",
@@ -71,6 +73,16 @@ describe("sandbox objects", () => {
     assert.isUndefined(bare.resourceQuota)
     assert.isUndefined(bare.limitRange)
     assert.deepStrictEqual(bare.networkPolicy.spec?.egress, [])
+  })
+
+  it("enforces the check namespace's Pod Security level, never looser than baseline", () => {
+    const level = (labels?: Record<string, string>) => sandboxPodSecurity(labels)
+    assert.strictEqual(level(undefined), "baseline")
+    assert.strictEqual(level({ "pod-security.kubernetes.io/enforce": "privileged" }), "baseline")
+    assert.strictEqual(level({ "pod-security.kubernetes.io/enforce": "restricted" }), "restricted")
+    assert.strictEqual(level({ "pod-security.kubernetes.io/enforce": "nonsense" }), "baseline")
+    const o = renderSandbox(check, "g1", spec, "restricted")
+    assert.strictEqual(o.namespace.metadata?.labels?.["pod-security.kubernetes.io/enforce"], "restricted")
   })
 
   it("a sandbox Job is labelled to its check and has no ownerReference", () => {

@@ -76,13 +76,24 @@ const phaseSummary = (run: LastRun): Html =>
       html`<div class="nowrap">${p.name}: ${p.result}${p.reason ? html` (${reason(p.reason)})` : nothing}</div>`,
   )}`
 
+/** A run's sandbox and what became of it: `fcsb-… Pending until 03:10` or `Deleted`. */
+const sandboxSummary = (r: LastRun): Html | string => {
+  const sb = r.sandbox
+  if (sb === undefined) return ""
+  return html`<div class="full"><code>${sb.namespace}</code></div><div class="nowrap">${sb.cleanup}${
+    sb.cleanup === "Pending" && sb.deleteAfter ? html` until ${time(sb.deleteAfter)}` : nothing
+  }${sb.cleanup === "Failed" ? html` (${sb.reason ?? "?"}: <span class="full">${sb.message ?? ""}</span>)` : nothing}</div>`
+}
+
 const historyTable = (
   id: string,
   history: ReadonlyArray<LastRun>,
   traceUrlTemplate: string | undefined,
 ): Html =>
   html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
-<thead><tr><th>Run</th><th>Backup</th><th>Result</th><th>Phases</th><th>Started</th><th>Took</th><th>Trace</th></tr></thead>
+<thead><tr><th>Run</th><th>Backup</th><th>Result</th><th>Phases</th><th>Started</th><th>Took</th>${
+    history.some((r) => r.sandbox) ? html`<th>Sandbox</th>` : nothing
+  }<th>Trace</th></tr></thead>
 <tbody>
 ${history.map(
   (r) => html`<tr>
@@ -92,6 +103,7 @@ ${history.map(
   <td>${phaseSummary(r)}</td>
   <td>${time(r.startTime)}</td>
   <td class="nowrap">${runDuration(r)}</td>
+  ${history.some((h) => h.sandbox) ? html`<td>${sandboxSummary(r)}</td>` : nothing}
   <td>${traceLink(r.traceID, traceUrlTemplate)}</td>
 </tr>`,
 )}
@@ -167,6 +179,22 @@ ${facts([
   ],
   ["Start window", spec.startWindow],
   [
+    "Sandbox",
+    spec.sandbox
+      ? `a namespace per run; egress to ${
+          (spec.sandbox.egress ?? []).length
+            ? (spec.sandbox.egress ?? []).map((e) => e.cidr).join(", ")
+            : "nothing"
+        }${
+          spec.sandbox.resourceQuota
+            ? `; quota ${Object.entries(spec.sandbox.resourceQuota.hard)
+                .map(([k, v]) => `${k}=${v}`)
+                .join(", ")}`
+            : ""
+        }; kept ${spec.sandbox.validationWindow ?? "0s"} after the verdict`
+      : undefined,
+  ],
+  [
     "Objectives",
     spec.objectives?.maxRestoreDuration || spec.objectives?.maxDataAge
       ? [
@@ -208,6 +236,7 @@ ${
           run.completionTime ? time(run.completionTime) : html`<span class="muted">not yet</span>`,
         ],
         ["Phases", run.phases?.length ? phaseSummary(run) : undefined],
+        ["Sandbox", run.sandbox ? sandboxSummary(run) : undefined],
         ["Took", runDuration(run) || undefined],
         ["Trace id", traceLink(run.traceID, opts.traceUrlTemplate)],
         ["Spec hash", run.specHash ? html`<code>${run.specHash}</code>` : undefined],
