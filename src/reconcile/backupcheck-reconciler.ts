@@ -3,8 +3,9 @@
 // time; deterministic Job names and optimistic concurrency make stale caches and two hubs harmless.
 // The run rules it applies are ADR 0004's; the pure parts live in schedule.ts, runs.ts, run-identity.ts.
 //
-//   NotFound                          → done
-//   deletionTimestamp                 → delete this check's Jobs, drop the finalizer
+//   NotFound                          → done, once its sandboxes are deleted (the API confirms it is gone)
+//   deletionTimestamp                 → delete this check's Jobs and sandboxes; drop the finalizer once
+//                                       the sandboxes are gone (bounded by sandboxCleanupTimeoutMs)
 //   no finalizer                      → add it
 //   invalid spec                      → Verified=False/InvalidSpec, terminal (a spec edit brings it back)
 //   runs not yet recorded             → record them first, oldest first: a finished Job's verdict; a
@@ -13,10 +14,14 @@
 //   a new run is due, another active  → Forbid: wait (a scheduled slot that passes is skipped: Event
 //                                       RunSkipped); Replace: delete it, Failed/RunSuperseded, go on
 //   a new run is due                  → create its Job (AlreadyExists of our own Job is success; of a
-//                                       foreign one, Verified=False/NameConflict and backoff)
+//                                       foreign one, Verified=False/NameConflict and backoff); with
+//                                       spec.sandbox, first its namespace, NetworkPolicy, quota, limits
 //   run in flight                     → requeue after the poll interval (Job events usually come first)
-//   otherwise                         → staleness, prune recorded history, requeue at the next slot or
-//                                       staleness deadline
+//   otherwise                         → staleness, prune recorded history, delete sandboxes past their
+//                                       validation window and orphans, requeue at the next slot, the
+//                                       staleness deadline or the next sandbox deletion
+// A sandbox's Jobs have no ownerReference (it cannot cross namespaces): they are the check's when they
+// carry its uid label and sit in the sandbox their run id names (ADR 0009).
 // Status is written once per step that must be durable, as a merge patch of exactly what changed (null
 // removes a field), carrying the resourceVersion it was computed from: a converged reconcile sends
 // nothing, and a decision made from a stale cache fails with Conflict instead of landing.
