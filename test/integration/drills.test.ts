@@ -608,6 +608,43 @@ describe("restore drills on a real cluster", () => {
       })
       expect(done.status.history.map((r: any) => r.runID)).toEqual(["g1"])
     }, 120_000)
+
+    it("two hubs acting at once (a failover's overlap) make one sandbox and one Job, record one verdict, and clean up", async () => {
+      const recorded: string[] = []
+      const onRunRecorded = (_ns: string, name: string, run: { runID: string }) =>
+        void recorded.push(`${name}/${run.runID}`)
+      const twin = await startEngine(c, { runningPollMs: 1_000, sandboxOrphanGraceMs: 2_000, onRunRecorded })
+      const first = engine
+      engine = await startEngine(c, { runningPollMs: 1_000, sandboxOrphanGraceMs: 2_000, onRunRecorded })
+      await first?.stop()
+      try {
+        const created = await create(
+          backupCheck("twin", ns, {
+            spec: { timeout: "60s", sandbox: { ...sandboxSpec, validationWindow: "2s" } },
+            annotations: { "fleetcheck.io/simulate-delay": "2s" },
+          }),
+        )
+        const selector = encodeURIComponent(`fleetcheck.io/backupcheck-uid=${created.metadata.uid}`)
+        const sandbox = (await sandboxOf("twin")).status.lastRun.sandbox.namespace as string
+        const obj = await lastRunOf("twin", "g1")
+        expect(verified(obj)).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+        const sandboxes = await items(`/api/v1/namespaces?labelSelector=${selector}`)
+        expect(sandboxes.map((n) => n.metadata.name)).toEqual([sandbox])
+        expect(
+          (await items(`/apis/batch/v1/namespaces/${sandbox}/jobs`)).map((j) => j.metadata.name),
+        ).toEqual(["twin-g1"])
+        await goneAt(sandbox)
+        const done = await waitUntil("twin cleanup Deleted", 20_000, async () => {
+          const o = await get("twin")
+          return o.status.lastRun.sandbox.cleanup === "Deleted" ? o : undefined
+        })
+        expect(done.status.history.map((r: any) => r.runID)).toEqual(["g1"])
+        expect(recorded.filter((r) => r.startsWith("twin/"))).toEqual(["twin/g1"]) // one hub wrote it
+        expect(await items(`/api/v1/namespaces?labelSelector=${selector}`)).toEqual([])
+      } finally {
+        await twin.stop()
+      }
+    }, 90_000)
   })
 
   it("starts a scheduled slot at its offset in the start window; nextRunTime is that start", async () => {
