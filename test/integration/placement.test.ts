@@ -2,12 +2,15 @@
 //   m1 env=prod region=eu · m2 env=prod region=us · m3 env=dev region=eu
 // Every claim about what was placed is read from the members' own API servers (the test's admin
 // requests, and a recorder of every placed check uid it ever saw), never from the hub's counters.
+import { writeFileSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
+const plugin = new URL("../../clusters/local-fleet/token-plugin.sh", import.meta.url).pathname
+const profilesPath = `/apis/multicluster.x-k8s.io/v1alpha2/namespaces/${hubNamespace}/clusterprofiles`
 const ns = "apps"
 /** Where the drill tests' checks live (its own namespace, so Pod Security there touches only drills). */
 const drillNs = "drills"
@@ -141,7 +144,63 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
       [hubCluster, "fleetbackupchecks"] as const,
     ])
       await c.kubectl(["wait", "--for=condition=Established", `crd/${crd}.fleetcheck.io`, "--timeout=30s"])
-    hub = await startHub(hubCluster)
+    // ClusterProfiles (one test registers m3 through one): the CRD in the hub, an identity in m3 whose
+    // token the provider file's TokenRequest plugin mints.
+    const profiles = await hubCluster.kubectl([
+      "apply",
+      "--server-side",
+      "-f",
+      `${crdDir}/multicluster.x-k8s.io_clusterprofiles.yaml`,
+    ])
+    expect(profiles.code, profiles.stderr).toBe(0)
+    await hubCluster.kubectl([
+      "wait",
+      "--for=condition=Established",
+      "crd/clusterprofiles.multicluster.x-k8s.io",
+      "--timeout=30s",
+    ])
+    const m3 = member("m3")
+    expect(
+      (await m3.api("POST", "/api/v1/namespaces", { metadata: { name: "hub-identities" } })).status,
+    ).toBe(201)
+    expect(
+      (
+        await m3.api("POST", "/api/v1/namespaces/hub-identities/serviceaccounts", {
+          metadata: { name: "profile-hub", namespace: "hub-identities" },
+        })
+      ).status,
+    ).toBe(201)
+    expect(
+      (
+        await m3.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+          metadata: { name: "profile-hub" },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+          subjects: [{ kind: "ServiceAccount", name: "profile-hub", namespace: "hub-identities" }],
+        })
+      ).status,
+    ).toBe(201)
+    const providerFile = `${fleet.runDir}/providers.json`
+    writeFileSync(
+      providerFile,
+      JSON.stringify({
+        providers: [
+          {
+            name: "fleet-token",
+            execConfig: {
+              apiVersion: "client.authentication.k8s.io/v1",
+              command: plugin,
+              env: [
+                { name: "FLEETCHECK_PLUGIN_KUBECTL", value: `${fleet.binDir}/kubectl` },
+                { name: "FLEETCHECK_PLUGIN_KUBECONFIG", value: m3.kubeconfigPath },
+                { name: "FLEETCHECK_PLUGIN_NAMESPACE", value: "hub-identities" },
+                { name: "FLEETCHECK_PLUGIN_SERVICEACCOUNT", value: "profile-hub" },
+              ],
+            },
+          },
+        ],
+      }),
+    )
+    hub = await startHub(hubCluster, { allowExec: true, clusterprofileProviderFile: providerFile })
     for (const m of members) await putSecret(m.name, labelsOf[m.name]!)
     for (const m of members)
       await waitUntil(`MemberCluster ${m.name} Ready`, 60_000, async () => {
@@ -700,6 +759,96 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
       expect(res.body.message).toMatch(message)
     }
     for (const name of ["xdr-self", "xdr-none"]) await deleteFbc(name)
+  })
+
+  it("a member registered through a ClusterProfile shows its properties; a propertySelector places the check there only", async () => {
+    const m3 = member("m3")
+    const mcPath = `${group}/memberclusters`
+    // m3 leaves its Secret registration (nothing is placed there now) and comes back through a profile.
+    expect((await hubCluster.api("DELETE", `/api/v1/namespaces/${hubNamespace}/secrets/m3`)).status).toBe(200)
+    await waitUntil(
+      "m3 disengaged",
+      60_000,
+      async () => (await hubCluster.api("GET", `${mcPath}/m3`)).status === 404,
+    )
+    const profileStatus = (storageClass: string) => ({
+      accessProviders: [
+        { name: "fleet-token", cluster: { server: m3.server, "certificate-authority-data": b64(m3.caPem) } },
+      ],
+      properties: [
+        { name: "storage.example.com/class", value: storageClass },
+        { name: "kubernetes.io/version", value: "1.35" },
+      ],
+    })
+    const created = await hubCluster.api("POST", profilesPath, {
+      apiVersion: "multicluster.x-k8s.io/v1alpha2",
+      kind: "ClusterProfile",
+      metadata: { name: "m3p", namespace: hubNamespace, labels: labelsOf.m3 },
+      spec: { displayName: "m3p", clusterManager: { name: "test-manager" } },
+    })
+    expect(created.status, JSON.stringify(created.body)).toBe(201)
+    const putStatus = async (storageClass: string) => {
+      const current = (await hubCluster.api("GET", `${profilesPath}/m3p`)).body
+      const res = await hubCluster.api("PUT", `${profilesPath}/m3p/status`, {
+        ...current,
+        status: profileStatus(storageClass),
+      })
+      expect(res.status, JSON.stringify(res.body)).toBe(200)
+    }
+    try {
+      await putStatus("fast")
+      // Read from the hub's API server: the MemberCluster carries the profile's labels and properties.
+      const mc = await waitUntil("MemberCluster m3p Ready with properties", 90_000, async () => {
+        const o = (await hubCluster.api("GET", `${mcPath}/m3p`)).body
+        return cond(o, "Ready")?.status === "True" && o.status?.properties ? o : undefined
+      })
+      expect(mc.status.source).toEqual({ kind: "ClusterProfile", name: "m3p" })
+      expect(mc.metadata.labels).toMatchObject(labelsOf.m3!)
+      expect(mc.status.properties).toEqual([
+        { name: "kubernetes.io/version", value: "1.35" },
+        { name: "storage.example.com/class", value: "fast" },
+      ])
+      await apply({
+        ...fleetCheck("fast-storage", {}),
+        spec: {
+          ...fleetCheck("fast-storage", {}).spec,
+          propertySelector: {
+            matchExpressions: [{ key: "storage.example.com/class", operator: "In", values: ["fast"] }],
+          },
+        },
+      })
+      await fbcWhere("fast-storage", "FleetVerified=True", (o) => cond(o, "FleetVerified")?.status === "True")
+      // Read from the members: only m3 (registered as m3p, the one member with the property) holds it.
+      expect(await placedMap("fast-storage")).toEqual({ m1: [], m2: [], m3: ["fast-storage"] })
+      expect((await getFbc("fast-storage")).status.clusters.map((c: any) => c.name)).toEqual(["m3p"])
+      // The property changes on the profile: m3 stops matching and loses the check.
+      await putStatus("slow")
+      await waitUntil(
+        "m3 loses the check",
+        60_000,
+        async () => (await placedIn(m3, "fast-storage")).length === 0,
+      )
+      const none = await fbcWhere(
+        "fast-storage",
+        "NoClustersSelected",
+        (o) => cond(o, "Placed")?.reason === "NoClustersSelected",
+      )
+      expect(cond(none, "FleetVerified").status).toBe("False")
+      await deleteFbc("fast-storage")
+    } finally {
+      // m3 back to its Secret registration for the tests that follow.
+      await hubCluster.api("DELETE", `${profilesPath}/m3p`)
+      await waitUntil(
+        "m3p gone",
+        60_000,
+        async () => (await hubCluster.api("GET", `${mcPath}/m3p`)).status === 404,
+      )
+      await putSecret("m3", labelsOf.m3!)
+      await waitUntil("m3 Ready again", 60_000, async () => {
+        const o = (await hubCluster.api("GET", `${mcPath}/m3`)).body
+        return cond(o, "Ready")?.status === "True"
+      })
+    }
   })
 
   it("a member unreachable: FleetVerified=Unknown naming it, never True; back: True", async () => {
