@@ -1,6 +1,6 @@
 // fleetcheck on a local fleet: the CRDs installed, members registered by kubeconfig Secrets, and the
 // samples in clusters/samples applied. Used by the tests, the benchmarks and `fleetcheck dev`.
-import { readdirSync, readFileSync } from "node:fs"
+import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { parseAllDocuments } from "yaml"
 import {
@@ -9,8 +9,12 @@ import {
   defaultHubNamespace,
   fleetBackupCheckPlural,
   memberClusterPlural,
+  profileCredentialLabel,
+  profileServerAnnotation,
+  registerClusterManager,
   registrationKubeconfigKey,
   registrationLabel,
+  secretReaderProvider,
 } from "../../src/api/names.ts"
 import type { LocalCluster, LocalFleet } from "./fleet.ts"
 
@@ -43,6 +47,81 @@ export const registerWithSecret = async (
   }
   const res = await hub.api("POST", `/api/v1/namespaces/${defaultHubNamespace}/secrets`, secret)
   if (res.status !== 201) throw new Error(`registering ${member.name}: ${JSON.stringify(res.body)}`)
+}
+
+const profilesPath = `/apis/multicluster.x-k8s.io/v1alpha2/namespaces/${defaultHubNamespace}/clusterprofiles`
+
+/**
+ * Registers a member the SIG-Multicluster way, as `fleetcheck register --clusterprofile` writes it: a
+ * ClusterProfile offering the fleetcheck-secret-reader access provider (server, CA, no credential) and
+ * the token Secret that provider reads. The ClusterProfile CRD must be served in the hub.
+ */
+export const registerWithClusterProfile = async (
+  hub: LocalCluster,
+  member: LocalCluster,
+  labels: Record<string, string>,
+) => {
+  const token = await hub.api("POST", `/api/v1/namespaces/${defaultHubNamespace}/secrets`, {
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: {
+      name: member.name,
+      namespace: defaultHubNamespace,
+      labels: { [profileCredentialLabel]: "true" },
+      annotations: { [profileServerAnnotation]: member.server },
+    },
+    data: { token: Buffer.from(member.adminToken).toString("base64") },
+  })
+  if (token.status !== 201) throw new Error(`registering ${member.name}: ${JSON.stringify(token.body)}`)
+  const created = await hub.api("POST", profilesPath, {
+    apiVersion: "multicluster.x-k8s.io/v1alpha2",
+    kind: "ClusterProfile",
+    metadata: {
+      name: member.name,
+      namespace: defaultHubNamespace,
+      labels: { ...labels, "x-k8s.io/cluster-manager": registerClusterManager },
+    },
+    spec: { displayName: member.name, clusterManager: { name: registerClusterManager } },
+  })
+  if (created.status !== 201) throw new Error(`registering ${member.name}: ${JSON.stringify(created.body)}`)
+  const status = await hub.api("PUT", `${profilesPath}/${member.name}/status`, {
+    ...created.body,
+    status: {
+      accessProviders: [
+        {
+          name: secretReaderProvider,
+          cluster: {
+            server: member.server,
+            "certificate-authority-data": Buffer.from(member.caPem).toString("base64"),
+            extensions: [
+              { name: "client.authentication.k8s.io/exec", extension: { clusterName: member.name } },
+            ],
+          },
+        },
+      ],
+    },
+  })
+  if (status.status !== 200) throw new Error(`registering ${member.name}: ${JSON.stringify(status.body)}`)
+}
+
+/**
+ * The hub operator's provider file for a local fleet: fleetcheck-secret-reader is this checkout's
+ * `fleetcheck credential secret-reader`, reading token Secrets with the hub cluster's admin kubeconfig.
+ */
+const writeProviderFile = (fleet: LocalFleet): string => {
+  const file = join(fleet.runDir, "clusterprofile-providers.json")
+  const execConfig = {
+    apiVersion: "client.authentication.k8s.io/v1",
+    command: join(root, "bin/fleetcheck"),
+    args: ["credential", "secret-reader", "--namespace", defaultHubNamespace],
+    env: [
+      { name: "KUBECONFIG", value: fleet.cluster("hub").kubeconfigPath },
+      { name: "FLEETCHECK_FROM_SOURCE", value: "1" },
+    ],
+    provideClusterInfo: true,
+  }
+  writeFileSync(file, JSON.stringify({ providers: [{ name: secretReaderProvider, execConfig }] }))
+  return file
 }
 
 /** The sample BackupChecks (or, in hub/, FleetBackupChecks), in file name order. */
@@ -99,6 +178,8 @@ export interface PreparedSamples {
   readonly checks: ReadonlyArray<string>
   /** FleetBackupCheck samples, applied to the hub. */
   readonly fleetChecks: ReadonlyArray<string>
+  /** The hub's --clusterprofile-provider-file, when a member is registered by ClusterProfile. */
+  readonly providerFile?: string
 }
 
 export interface PrepareFleetOptions {
@@ -111,6 +192,11 @@ export interface PrepareFleetOptions {
    * counts the member samples' checks exactly turns them off.
    */
   readonly fleetSamples?: boolean
+  /**
+   * Register the last member (of two or more) by a ClusterProfile instead of a Secret; the result names
+   * the provider file the hub then needs. Default false.
+   */
+  readonly clusterProfileMember?: boolean
 }
 
 /**
@@ -129,8 +215,37 @@ export const prepareFleet = async (
   log("installing CRDs")
   await installFleetcheck(hub, members)
   log("registering members")
-  for (const [i, m] of members.entries())
-    await registerWithSecret(hub, m, { env: "dev", region: `local-${i + 1}` })
+  const byProfile = options.clusterProfileMember && members.length > 1 ? members.at(-1) : undefined
+  let providerFile: string | undefined
+  if (byProfile) {
+    await must(
+      "ClusterProfile CRD",
+      hub.kubectl([
+        "apply",
+        "--server-side",
+        "-f",
+        join(crdDir, "multicluster.x-k8s.io_clusterprofiles.yaml"),
+      ]),
+    )
+    await must(
+      "ClusterProfile CRD",
+      hub.kubectl([
+        "wait",
+        "--for=condition=Established",
+        "crd/clusterprofiles.multicluster.x-k8s.io",
+        "--timeout=30s",
+      ]),
+    )
+    providerFile = writeProviderFile(fleet)
+  }
+  for (const [i, m] of members.entries()) {
+    const labels = { env: "dev", region: `local-${i + 1}` }
+    if (m === byProfile) {
+      await registerWithClusterProfile(hub, m, labels)
+      log(`registered ${m.name} by a ClusterProfile (access provider ${secretReaderProvider})`)
+    } else await registerWithSecret(hub, m, labels)
+  }
+  const registered = providerFile ? { providerFile } : {}
   // One sample per member, round-robin: member-1 gets the passing check, member-2 the failing one.
   const files = options.samples?.map((name) => join(samplesDir, name)) ?? samples()
   for (const [i, file] of files.entries()) {
@@ -139,7 +254,7 @@ export const prepareFleet = async (
     await must(`applying ${file} to ${m.name}`, m.kubectl(["apply", "-f", file]))
     log(`applied ${file.slice(root.length)} to ${m.name}`)
   }
-  if (options.fleetSamples === false) return { checks: files, fleetChecks: [] }
+  if (options.fleetSamples === false) return { checks: files, fleetChecks: [], ...registered }
   const fleetFiles = samples(hubSamplesDir)
   for (const file of fleetFiles) {
     const namespace = templateNamespaceOf(file)
@@ -148,5 +263,5 @@ export const prepareFleet = async (
     await must(`applying ${file} to the hub`, hub.kubectl(["apply", "-f", file]))
     log(`applied ${file.slice(root.length)} to the hub (placed in every member it selects)`)
   }
-  return { checks: files, fleetChecks: fleetFiles }
+  return { checks: files, fleetChecks: fleetFiles, ...registered }
 }

@@ -4,6 +4,7 @@
 // so the dashboard, the API, the CLI and the MemberCluster counts cannot disagree.
 import * as z from "zod"
 import { conditionStatuses } from "./condition.ts"
+import { RegistrationSourceSchema } from "./membercluster.ts"
 
 export const CheckViewSchema = z.object({
   cluster: z.string(),
@@ -125,6 +126,8 @@ export const ClusterViewSchema = z.object({
   }),
   kubernetesVersion: z.string().optional(),
   lastProbeTime: z.string().optional(),
+  /** What registers the member: a Secret, a Cluster API Secret or a ClusterProfile. */
+  source: RegistrationSourceSchema.optional(),
 })
 export type ClusterView = z.output<typeof ClusterViewSchema>
 

@@ -1,7 +1,8 @@
 // `fleetcheck dev`: the embedded default. A real local fleet (a hub cluster and N members on one
-// etcd), the CRDs installed, every member registered by a kubeconfig Secret, the samples in
-// clusters/samples applied, and the hub running in this process with its dashboard. Ctrl-C stops the
-// hub (drain, release the lease), then every process, and removes the temporary directory.
+// etcd), the CRDs installed, the members registered by kubeconfig Secrets (the last of two or more by
+// a ClusterProfile, the SIG-Multicluster way), the samples in clusters/samples applied, and the hub
+// running in this process with its dashboard. Ctrl-C stops the hub (drain, release the lease), then
+// every process, and removes the temporary directory.
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
@@ -14,8 +15,9 @@ import { renderStatus } from "./status.ts"
 export const devUsage = `Usage: fleetcheck dev [--members N] [--port PORT] [--secure-serving]
 
 Starts a real local fleet on this machine: a hub cluster and N member clusters (default 2) sharing one
-etcd, the CRDs, every member registered by a kubeconfig Secret, the samples in clusters/samples, and
-the hub with its dashboard on 127.0.0.1:PORT (default 8080). Ctrl-C stops everything and removes it.
+etcd, the CRDs, the members registered by kubeconfig Secrets (the last of two or more by a
+ClusterProfile), the samples in clusters/samples, and the hub with its dashboard on 127.0.0.1:PORT
+(default 8080). Ctrl-C stops everything and removes it.
 FLEETCHECK_* hub settings apply (see fleetcheck hub --help); logs default to Warn.
   --secure-serving  serve as deploy/ does: HTTPS on PORT (a self-signed certificate, or
                     FLEETCHECK_TLS_CERT_FILE/FLEETCHECK_TLS_PRIVATE_KEY_FILE) with bearer tokens
@@ -71,7 +73,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   process.on("SIGINT", () => void stop("SIGINT"))
   process.on("SIGTERM", () => void stop("SIGTERM"))
   try {
-    const samples = await prepareFleet(fleet, { log: say })
+    const samples = await prepareFleet(fleet, { log: say, clusterProfileMember: true })
     const kubeConfig = new KubeConfig()
     kubeConfig.loadFromString(fleet.cluster("hub").kubeconfig)
     // The hub's settings from the environment, with a local fleet's quicker probes and polls.
@@ -93,6 +95,8 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
               dashboardAddress: config.dashboardAddress ?? { host: "127.0.0.1", port: 0 },
             }
           : {}),
+        // The last member is registered by a ClusterProfile: the provider file names its plugin.
+        ...(samples.providerFile ? { clusterprofileProviderFile: samples.providerFile } : {}),
         probeIntervalMs: 2_000,
         runningPollMs: 5_000,
       },

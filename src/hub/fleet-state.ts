@@ -564,6 +564,7 @@ export const fleetView = (
       counts: countChecks(views),
       ...(m.probe.kubernetesVersion ? { kubernetesVersion: m.probe.kubernetesVersion } : {}),
       ...(m.probe.lastProbeTime ? { lastProbeTime: toKubeTime(m.probe.lastProbeTime) } : {}),
+      ...(m.source ? { source: m.source } : {}),
     })
     // checkViews built `views` for this call alone, so sorting it (or its filtered copy) in place is safe.
     selected.sort(compareInCluster)

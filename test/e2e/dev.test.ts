@@ -69,6 +69,9 @@ describe("fleetcheck dev", () => {
     )
     const page = await (await fetch(`${url}/`)).text()
     expect(page).toContain("member-1 → member-2")
+    // member-2 is registered the SIG-Multicluster way: a ClusterProfile and the secret-reader plugin.
+    const member2 = await (await fetch(`${url}/cluster?name=member-2`)).text()
+    expect(member2).toMatch(/Registered by<\/dt><dd>ClusterProfile <span class="full">member-2<\/span>/)
     expect(page).toContain("payments-db-weekly")
     expect(page).toContain("checksum mismatch")
     expect(page).toContain("Fleet checks")

@@ -550,6 +550,9 @@ describe("fleetcheck register / unregister", () => {
       expect(mc.status.source).toEqual({ kind: "ClusterProfile", name: "cp" })
       expect(mc.metadata.labels).toEqual({ env: "cp", "x-k8s.io/cluster-manager": "fleetcheck" })
       expect(cond(mc, "CredentialsValid")).toMatchObject({ status: "True" })
+      // The cluster page says what registered it.
+      const page = await (await fetch(`${profileHub.url}/cluster?name=cp`)).text()
+      expect(page).toMatch(/Registered by<\/dt><dd>ClusterProfile <span class="full">cp<\/span>/)
       expect((await member.api("POST", bcPath("apps"), check("via-profile", "apps"))).status).toBe(201)
       await waitUntil("via-profile Verified=True", 60_000, async () => {
         const o = (await member.api("GET", bcPath("apps", "via-profile"))).body

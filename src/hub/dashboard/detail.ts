@@ -123,6 +123,12 @@ export const renderClusterPage = (
 <h1>Cluster <span class="full">${cluster.name}</span></h1>
 <p class="summary">${cluster.counts.verified} of ${plural(cluster.counts.total, "check")} verified · <strong${cluster.counts.failed > 0 ? html` class="bad-text"` : nothing}>${cluster.counts.failed} failing</strong> · ${cluster.counts.unknown} unknown</p>
 ${facts([
+  [
+    "Registered by",
+    cluster.source
+      ? html`${cluster.source.kind} <span class="full">${cluster.source.name}</span>`
+      : undefined,
+  ],
   ["Kubernetes version", cluster.kubernetesVersion],
   ["Last probe", cluster.lastProbeTime ? time(cluster.lastProbeTime) : undefined],
   [
