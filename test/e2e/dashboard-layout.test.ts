@@ -50,6 +50,7 @@ const members = membersMap([
         status: "False",
         reason: "RestoreFailed",
         message: longMessage,
+        objectives: true,
       },
       { namespace: "shop", name: "orders-db-nightly", status: "True" },
       {

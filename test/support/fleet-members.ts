@@ -15,6 +15,8 @@ export interface CheckSpec {
   readonly reason?: string
   readonly message?: string
   readonly traceID?: string
+  /** Objectives (restore within 10m: missed; data at most 26h old: met), as the hub judges them. */
+  readonly objectives?: boolean
 }
 
 export const backupCheck = (c: CheckSpec, i = 0): BackupCheck => {
@@ -39,6 +41,7 @@ export const backupCheck = (c: CheckSpec, i = 0): BackupCheck => {
       concurrencyPolicy: "Forbid",
       successfulRunsHistoryLimit: 3,
       failedRunsHistoryLimit: 1,
+      ...(c.objectives ? { objectives: { maxRestoreDuration: "10m", maxDataAge: "26h" } } : {}),
     },
     status: {
       observedGeneration: 1,
@@ -61,6 +64,26 @@ export const backupCheck = (c: CheckSpec, i = 0): BackupCheck => {
                 message:
                   c.message ?? (status === "True" ? "restored and verified" : "restore failed: exit code 1"),
               },
+              ...(c.objectives
+                ? [
+                    {
+                      type: "RestoreTimeObjectiveMet",
+                      status: "False" as const,
+                      observedGeneration: 1,
+                      lastTransitionTime: iso(t0),
+                      reason: "ObjectiveMissed",
+                      message: "restore took 12m5s, over the objective 10m",
+                    },
+                    {
+                      type: "DataAgeObjectiveMet",
+                      status: "True" as const,
+                      observedGeneration: 1,
+                      lastTransitionTime: iso(t0),
+                      reason: "ObjectiveMet",
+                      message: "data was 1h0m0s old, within the objective 26h",
+                    },
+                  ]
+                : []),
             ],
       lastRun: {
         jobName: `${c.name.slice(0, 40)}-s20261129`,

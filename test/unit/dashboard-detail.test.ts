@@ -125,3 +125,29 @@ describe("check page: sandbox", () => {
     assert.notInclude(plain, "Sandbox")
   })
 })
+
+describe("checks table: objectives", () => {
+  it("gives each objective a column of its own when a check has objectives, and none otherwise", async () => {
+    const { checksTable } = await import("../../src/hub/dashboard/layout.ts")
+    const tableOpts = { withCluster: true, traceUrlTemplate: undefined, empty: "none" }
+    const judged: CheckView = {
+      ...view,
+      objectives: {
+        restoreTime: "False",
+        dataAge: "True",
+        restoreDurationSeconds: 725,
+        dataAgeSeconds: 3600,
+      },
+    }
+    const plainCheck: CheckView = { ...view, name: "plain" }
+    const text = String(checksTable("checks", [judged, plainCheck], tableOpts))
+    assert.include(text, "<th>Reason</th><th>Restore<br>time</th><th>Data<br>age</th><th>Last success</th>")
+    const [, , judgedRow, plainRow] = text.split("<tr") // before the table, the header, the rows
+    assert.match(judgedRow ?? "", /<span class="bad-text">missed<\/span><div class="muted">12m5s<\/div>/)
+    assert.match(judgedRow ?? "", /<span class="">met<\/span><div class="muted">1h0m0s<\/div>/)
+    assert.notInclude(judgedRow ?? "", "restore time missed") // no longer under the reason
+    assert.strictEqual((plainRow?.match(/<span class="muted">—<\/span>/g) ?? []).length, 4) // 2 objectives, next run, trace
+    const none = String(checksTable("checks", [plainCheck], tableOpts))
+    assert.notInclude(none, "Restore<br>time")
+  })
+})

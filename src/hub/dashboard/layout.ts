@@ -165,7 +165,20 @@ export const objectivesLine = (c: CheckView): Html => {
   return html`<div class="objectives">${parts.map((p, i) => (i === 0 ? p : html` · ${p}`))}</div>`
 }
 
-/** The checks table (overview and cluster page); `withCluster` adds the cluster column. */
+/** One objective in its own column: "met (41s)", "missed (30h0m0s)", "unknown", or a dash without one. */
+const objectiveCell = (status: string | undefined, seconds: number | undefined): Html => {
+  if (status === undefined) return html`<td><span class="muted">—</span></td>`
+  const word = status === "True" ? "met" : status === "False" ? "missed" : "unknown"
+  // The measured value on a line of its own keeps the column narrow enough for a laptop screen.
+  return html`<td><span class="${status === "False" ? "bad-text" : status === "True" ? "" : "muted"}">${word}</span>${
+    seconds === undefined ? nothing : html`<div class="muted">${formatDuration(seconds * 1000)}</div>`
+  }</td>`
+}
+
+/**
+ * The checks table (overview and cluster page); `withCluster` adds the cluster column. When a check in
+ * it has objectives, each objective (restore time, data age) gets a column of its own.
+ */
 export const checksTable = (
   id: string,
   checks: ReadonlyArray<CheckView>,
@@ -175,20 +188,22 @@ export const checksTable = (
     readonly empty: string
   },
 ): Html => {
-  const columns = opts.withCluster ? 7 : 6
+  const objectives = checks.some((c) => c.objectives !== undefined)
+  const columns = (opts.withCluster ? 7 : 6) + (objectives ? 2 : 0)
   const rows = checks.map(
     (c) => html`<tr class="${rowClass(c.status)}">
   <td>${badge(c.status)}</td>
   ${opts.withCluster ? html`<td class="name"><a class="clamp" href="${clusterHref(c.cluster)}" title="${c.cluster}">${c.cluster}</a></td>` : nothing}
   <td class="name check-name"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
-  <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}${objectivesLine(c)}</td>
+  <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}</td>
+  ${objectives ? html`${objectiveCell(c.objectives?.restoreTime, c.objectives?.restoreDurationSeconds)}${objectiveCell(c.objectives?.dataAge, c.objectives?.dataAgeSeconds)}` : nothing}
   <td>${time(c.lastSuccessfulTime, html`<span class="muted">never</span>`)}</td>
   <td>${time(c.nextRunTime, html`<span class="muted">—</span>`)}</td>
   <td class="trace">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>
 </tr>`,
   )
   return html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
-<thead><tr><th>Verified</th>${opts.withCluster ? html`<th>Cluster</th>` : nothing}<th>Check</th><th>Reason</th><th>Last success</th><th>Next run</th><th>Trace id</th></tr></thead>
+<thead><tr><th>Verified</th>${opts.withCluster ? html`<th>Cluster</th>` : nothing}<th>Check</th><th>Reason</th>${objectives ? html`<th>Restore<br>time</th><th>Data<br>age</th>` : nothing}<th>Last success</th><th>Next run</th><th>Trace id</th></tr></thead>
 <tbody>
 ${rows.length ? rows : html`<tr><td colspan="${columns}" class="muted">${opts.empty}</td></tr>`}
 </tbody>
