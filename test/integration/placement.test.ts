@@ -854,6 +854,10 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
   it("a member unreachable: FleetVerified=Unknown naming it, never True; back: True", async () => {
     const victim = member("m2")
     let sawTrueWhileDown = false
+    // A drill into m2, deleted while m2 is down: its finalizer waits until m2's drill check is removed.
+    await apply(drillCheck("xdr-down", { targetClusters: ["m2"], period: "1h" }))
+    await fbcWhere("xdr-down", "drill verified", (o) => cond(o, "FleetVerified")?.status === "True")
+    expect(await drillChecksIn(victim, "xdr-down")).toHaveLength(1)
     await victim.stopApiServer()
     try {
       const down = await fbcWhere(
@@ -880,9 +884,21 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
         if (cond(await getFbc("orders"), "FleetVerified")?.status === "True") sawTrueWhileDown = true
         await sleep(250)
       }
+      expect((await hubCluster.api("DELETE", fbcPath("xdr-down"))).status).toBe(200)
+      const deleting = await fbcWhere("xdr-down", "Deleting, waiting for m2", (o) =>
+        o.status?.clusters?.some((c: any) => c.name === "m2" && c.placement === "Removing"),
+      )
+      expect(cond(deleting, "Placed")).toMatchObject({ status: "False", reason: "Deleting" })
+      expect(cond(deleting, "Placed").message).toMatch(/m2/)
+      await sleep(1_000)
+      expect((await hubCluster.api("GET", fbcPath("xdr-down"))).status).toBe(200)
     } finally {
       await victim.startApiServer()
     }
+    await waitUntil("xdr-down gone once m2 is back", 60_000, async () => {
+      return (await hubCluster.api("GET", fbcPath("xdr-down"))).status === 404
+    })
+    expect(await drillChecksIn(victim, "xdr-down")).toEqual([])
     expect(sawTrueWhileDown).toBe(false)
     await fbcWhere("orders", "FleetVerified=True again", (o) => cond(o, "FleetVerified")?.status === "True")
     expect(everPlaced.get(`m2 ${hubNamespace}.orders`)?.size).toBe(1)

@@ -459,7 +459,14 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
             ),
           )
       }
-      for (const prev of fbc.status?.clusters ?? []) {
+      // Drill targets (status.drills) may hold a drill check too; while the FleetBackupCheck lives, a
+      // stale one is removed when its target is seen again, so they count only once it is deleted.
+      const drillTargets = fbc.metadata.deletionTimestamp
+        ? [...new Set((fbc.status?.drills ?? []).map((d) => d.target))]
+            .filter((name) => !(fbc.status?.clusters ?? []).some((c) => c.name === name))
+            .map((name) => ({ name, placement: "Placed" as const }))
+        : []
+      for (const prev of [...(fbc.status?.clusters ?? []), ...drillTargets]) {
         if (listed.has(prev.name) || seenClusters.has(prev.name)) continue
         if (!clusters.store.has(prev.name)) continue // the member is gone: nothing left to remove
         if (prev.placement === "Conflict" || prev.placement === "Refused") continue // never placed there
