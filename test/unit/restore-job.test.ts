@@ -67,6 +67,26 @@ describe("renderRestoreJob", () => {
     expect(job.spec?.template.metadata?.labels?.["fleetcheck.io/run"]).toBe("g1")
   })
 
+  it("passes the cluster the backup was taken in (a cross-cluster drill) as FLEETCHECK_BACKUP_CLUSTER", () => {
+    const drill = renderRestoreJob({
+      cluster: "us-1",
+      check: { ...check, spec: { ...check.spec, backup: { ...check.spec.backup, cluster: "eu-1" } } },
+      jobName: "orders-g1",
+      runID: "g1",
+      timeoutSeconds: 1800,
+      traceparent,
+      specHash: "0123456789abcdef",
+    })
+    const env = Object.fromEntries(
+      (drill.spec?.template.spec?.containers[0]?.env ?? []).map((e) => [e.name, e.value]),
+    )
+    expect(env).toMatchObject({
+      FLEETCHECK_BACKUP_NAME: "orders-2026-11-29",
+      FLEETCHECK_BACKUP_CLUSTER: "eu-1",
+      FLEETCHECK_CLUSTER: "us-1",
+    })
+  })
+
   it("sets the deadline, keeps the template's backoffLimit and defaults restartPolicy", () => {
     expect(job.spec?.activeDeadlineSeconds).toBe(1800)
     expect(job.spec?.backoffLimit).toBe(2)
@@ -83,6 +103,7 @@ describe("renderRestoreJob", () => {
         FLEETCHECK_BACKUP_NAME: "orders-2026-11-29",
         FLEETCHECK_BACKUP_SOURCE: "s3://b/o",
         FLEETCHECK_EXPECTED_CHECKSUM: "sha256:aa",
+        FLEETCHECK_BACKUP_CLUSTER: "",
         FLEETCHECK_CLUSTER: "eu-1",
         FLEETCHECK_RUN_ID: "g1",
         TRACEPARENT: traceparent,
