@@ -3,6 +3,10 @@
 // own cost on the one JavaScript thread (i.e. per core). Also checks that nothing was written, and prints
 // the process's CPU-seconds per 10,000 converged reconciles (the figure compared with controller-runtime
 // in issue 11); the wait for each round's end is a hook, not a polling loop, so it adds no CPU of its own.
+// Then, with fleetcheck's engine stopped, the controller-runtime reference (test/bench/crreference, Go,
+// GOMAXPROCS=1, built once into the cache) reconciles the same converged checks on the same API server
+// the same number of rounds, and its CPU-seconds per 10,000 are printed next to fleetcheck's
+// (GO_REFERENCE=0 skips it; GO_WORKERS sets its MaxConcurrentReconciles, default 1).
 //   node test/bench/reconcile.ts [checks=300] [rounds=20]
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, References, Scope } from "effect"
@@ -10,6 +14,7 @@ import { installFleetcheck, startFleet } from "../../clusters/local-fleet/index.
 import { startMemberEngine } from "../../src/hub/member-engine.ts"
 import { engineOptions } from "../support/engine.ts"
 import { sleep } from "../support/wait.ts"
+import { goReference, runGoReference } from "./go-reference.ts"
 
 const n = Number(process.argv[2] ?? 300)
 const rounds = Number(process.argv[3] ?? 20)
@@ -103,6 +108,26 @@ try {
     `errors during the run: ${engine.stats.errors}, writes: ${rvBefore === rvAfter ? "none (every BackupCheck's resourceVersion unchanged)" : "some BackupChecks were written"}`,
   )
   await Effect.runPromise(Scope.close(scope, Exit.void))
+
+  if (process.env.GO_REFERENCE !== "0") {
+    const binary = await goReference((line) => console.error(line))
+    const workers = Number(process.env.GO_WORKERS ?? 1)
+    const go = await runGoReference(binary, {
+      kubeconfigPath: c.kubeconfigPath,
+      namespace: ns,
+      rounds,
+      workers,
+    })
+    const goPer10k = (go.cpuSeconds / go.reconciles) * 10_000
+    const ours = (cpuSeconds / done) * 10_000
+    const rvGo = await versions()
+    console.log(
+      `controller-runtime reference (Go, GOMAXPROCS=${go.gomaxprocs}, ${go.workers} worker(s)): ${go.reconciles} converged reconciles of ${go.checks} checks in ${go.wallSeconds.toFixed(2)} s = ${Math.round(go.reconciles / go.wallSeconds)} per second; ${goPer10k.toFixed(3)} CPU-seconds per 10,000 (process user+system ${go.cpuSeconds.toFixed(2)} s); writes ${go.writes}, undecided ${go.undecided}, errors ${go.errors}; resourceVersions ${rvGo === rvAfter ? "unchanged" : "CHANGED"}`,
+    )
+    console.log(
+      `fleetcheck / controller-runtime CPU per converged reconcile: ${(ours / goPer10k).toFixed(2)} (${ours.toFixed(3)} vs ${goPer10k.toFixed(3)} CPU-seconds per 10,000, ${checksLabel(n)})`,
+    )
+  }
 } finally {
   await fleet.stop()
 }
