@@ -62,16 +62,25 @@ export interface GoReferenceResult {
   readonly errors: number
   readonly gomaxprocs: number
   readonly workers: number
+  readonly hashOnce: boolean
 }
 
 /** Runs the reference against the cluster of `kubeconfigPath`: every check of `namespace`, `rounds` times. */
 export const runGoReference = async (
   binary: string,
-  options: { kubeconfigPath: string; namespace: string; rounds: number; workers: number },
+  options: { kubeconfigPath: string; namespace: string; rounds: number; workers: number; hashOnce: boolean },
 ): Promise<GoReferenceResult> => {
   const out = await run(
     binary,
-    ["-namespace", options.namespace, "-rounds", String(options.rounds), "-workers", String(options.workers)],
+    [
+      "-namespace",
+      options.namespace,
+      "-rounds",
+      String(options.rounds),
+      "-workers",
+      String(options.workers),
+      ...(options.hashOnce ? ["-hash-once"] : []),
+    ],
     // One core, as the issue's figures were taken (the JavaScript engine is one thread).
     { ...process.env, KUBECONFIG: options.kubeconfigPath, GOMAXPROCS: "1" },
   )
