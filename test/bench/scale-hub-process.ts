@@ -144,4 +144,6 @@ process.on("message", async (msg: any) => {
       return
   }
 })
+// The bench died (a timeout, Ctrl-C): this hub goes with it rather than running on alone.
+process.on("disconnect", () => process.exit(0))
 process.send?.({ port: hub.port })
