@@ -9,6 +9,7 @@
 // request construction; and credential errors say what failed in fixed words, never what a plugin printed.
 import * as http from "node:http"
 import * as https from "node:https"
+import { createSecureContext, type SecureContext } from "node:tls"
 import { KubeConfig, type User } from "@kubernetes/client-node"
 import { Cause, Deferred, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
 import { type ExecCredentialResult, type ExecPlugin, runExecPlugin } from "./exec-credential.ts"
@@ -336,6 +337,22 @@ type Source =
   | { readonly kind: "dynamic"; readonly kubeConfig: KubeConfig; readonly user: User | null }
   | { readonly kind: "exec"; readonly plugin: ExecPlugin; readonly provideClusterInfo: boolean }
 
+/**
+ * The TLS context of an Agent's connections, or undefined when the material does not load (then each
+ * connection tries, and its request fails with the error as before).
+ */
+const secureContextOf = (
+  ca: https.RequestOptions["ca"],
+  cert: https.RequestOptions["cert"],
+  key: https.RequestOptions["key"],
+): SecureContext | undefined => {
+  try {
+    return createSecureContext({ ca, cert, key })
+  } catch {
+    return undefined
+  }
+}
+
 export const makeKubeClient = Effect.fnUntraced(function* (
   options: KubeClientOptions,
 ): Effect.fn.Return<RotatingKubeClient, never, Scope.Scope> {
@@ -420,7 +437,10 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     }),
   )
   // applyToHTTPSOptions also sets opts.agent (client-node's own); we use keep-alive ones of our own.
+  // One TLS context per Agent, shared by its connections: given only ca, cert and key, Node builds a
+  // context (its own copy of the CA store) for every connection a member opens.
   const newAgent = (cert: https.RequestOptions["cert"], key: https.RequestOptions["key"]) => {
+    const secureContext = isHttps ? secureContextOf(tls.ca, cert, key) : undefined
     const a = isHttps
       ? new https.Agent({
           keepAlive: true,
@@ -428,6 +448,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
           ca: tls.ca,
           cert,
           key,
+          ...(secureContext !== undefined ? { secureContext } : {}),
           servername: tls.servername,
           ...(tls.rejectUnauthorized !== undefined ? { rejectUnauthorized: tls.rejectUnauthorized } : {}),
         })
