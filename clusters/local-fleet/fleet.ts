@@ -34,6 +34,8 @@ export interface ClusterOptions {
   readonly audit?: boolean | "reads"
   /** Extra token users (members of system:masters), each with a kubeconfig; default: the fleet's `users`. */
   readonly users?: ReadonlyArray<string>
+  /** A CA (PEM file) whose client certificates the API server accepts besides tokens; default none. */
+  readonly clientCaFile?: string
 }
 
 export interface FleetOptions {
@@ -238,7 +240,9 @@ export const renderKubeconfig = (
 
 const adminUser = "fleet-admin"
 
-const normalize = (c: ClusterOptions | string, fleet: FleetOptions): Required<ClusterOptions> => {
+type ClusterSpec = Required<Omit<ClusterOptions, "clientCaFile">> & Pick<ClusterOptions, "clientCaFile">
+
+const normalize = (c: ClusterOptions | string, fleet: FleetOptions): ClusterSpec => {
   const defaults = {
     controllerManager: true,
     workloads: true,
@@ -362,7 +366,7 @@ const startCluster = async (
   bin: (b: string) => string,
   runDir: string,
   etcdUrl: string,
-  spec: Required<ClusterOptions>,
+  spec: ClusterSpec,
   log: (l: string) => void,
 ): Promise<LocalCluster> => {
   const dir = join(runDir, spec.name)
@@ -393,6 +397,7 @@ const startCluster = async (
     "--service-cluster-ip-range=10.96.0.0/24",
     "--authorization-mode=RBAC",
     `--token-auth-file=${join(dir, "tokens.csv")}`,
+    ...(spec.clientCaFile ? [`--client-ca-file=${spec.clientCaFile}`] : []),
     "--allow-privileged=true",
     // ServiceAccount: pods would wait for the default SA; TaintNodesByCondition: the fake node would
     // stay tainted not-ready without the node-lifecycle controller.
