@@ -11,6 +11,8 @@ export const wallClockFiles = [
   "test/integration/hub-lifecycle.test.ts",
   // the staggered start waits for the next cron minute plus its offset (up to ~100 s, most of the file)
   "test/integration/drills.test.ts",
+  // hub replicas frozen for 30 s and Leases left to expire
+  "test/integration/sharding.test.ts",
 ]
 
 // Files that start real clusters run one at a time: two at once on a 2-core machine make both slow and

@@ -1,6 +1,7 @@
 // Every name users and tests depend on (SPEC §2 and §11), defined once: the API group, kinds and
 // plurals, labels, annotations, the finalizer, the hub namespace and the Lease. Paths are built from
 // these by src/kube/resources.ts; nothing else spells them out.
+import { createHash } from "node:crypto"
 
 export const apiGroup = "fleetcheck.io"
 export const apiVersionName = "v1alpha1"
@@ -80,6 +81,30 @@ export const annotationTraceparent = "fleetcheck.io/traceparent"
 export const defaultHubNamespace = "fleetcheck-system"
 /** The leader-election Lease in the hub namespace. */
 export const hubLeaseName = "fleetcheck-hub"
+
+/** Lease names are DNS subdomains: at most 253 characters. */
+const leaseNameMax = 253
+const shortHash = (text: string, length: number) =>
+  createHash("sha256").update(text).digest("hex").slice(0, length)
+
+/**
+ * Sharding (--sharding, ADR 0011): the Lease a hub replica announces itself with, named after a hash of
+ * its identity (identities hold characters a Lease name may not).
+ */
+export const replicaLeaseName = (identity: string): string => `fleetcheck-hub-${shortHash(identity, 16)}`
+
+/**
+ * Sharding: the Lease that fences one member's work. A cluster name is a Secret name (a DNS subdomain),
+ * so it fits unless it is very long; then its end is replaced by a hash of the whole name.
+ */
+export const memberLeaseName = (cluster: string): string => {
+  const name = `fleetcheck-member-${cluster}`
+  if (name.length <= leaseNameMax) return name
+  return `${name.slice(0, leaseNameMax - 17).replace(/[.-]+$/, "")}-${shortHash(cluster, 16)}`
+}
+
+/** On every sharding Lease: `replica` (a hub replica's) or `member` (a member's fence). */
+export const shardLeaseLabel = "fleetcheck.io/shard-lease"
 /** The controller name on Events the hub writes. */
 export const reportingController = "fleetcheck.io/hub"
 

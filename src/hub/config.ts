@@ -118,6 +118,12 @@ export const hubSettings = {
     "serve the dashboard without a token on this separate host:port, for the API server's service proxy (unset: the dashboard is on --http-address with the rest)",
   ),
   leaderElect: setting("leader-elect", bool, "true", "campaign for the Lease; only the leader runs members"),
+  sharding: setting(
+    "sharding",
+    bool,
+    "false",
+    "run as one of several replicas that split the members (ADR 0011): each replica announces itself with a Lease, each member is worked by the one replica holding its Lease fleetcheck-member-<cluster>, and every replica answers for the whole fleet; --leader-elect is then ignored and the Lease timings below apply to every Lease",
+  ),
   leaseDurationMs: setting(
     "leader-elect-lease-duration",
     duration("1s", "10m"),

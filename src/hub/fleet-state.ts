@@ -76,6 +76,11 @@ export interface MemberEntry {
   catchingUp: boolean
   /** Reads the member's BackupCheck cache. */
   checks: () => ReadonlyArray<BackupCheck>
+  /**
+   * Sharding (ADR 0011): why no live hub replica works this member now, or undefined when one does.
+   * Unset without sharding (the hub that shows the member is the one working it).
+   */
+  ownerless?: () => { readonly reason: string; readonly message: string } | undefined
   /** While an engine runs: its fenced client and check cache, for hub controllers acting in the member. */
   access?: MemberAccess
   /** The MemberCluster status last written (keeps lastTransitionTimes stable across views). */
@@ -115,6 +120,9 @@ export const newMemberEntry = (name: string, labels: Record<string, string>): Me
 
 /** Why the hub cannot vouch for what it caches of a member, or undefined when it can. */
 export const unseenBecause = (m: MemberEntry): { reason: string; message: string } | undefined => {
+  // A member nobody works is not vouched for, however fresh this replica's read-only cache of it is.
+  const ownerless = m.ownerless?.()
+  if (ownerless) return ownerless
   if (!m.engineRunning) return { reason: "ClusterUnreachable", message: "no engine runs for this member" }
   if (m.probe.connected !== true)
     return {
@@ -319,20 +327,23 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
           ? cond("CredentialsValid", "True", "Authenticated", "the API server accepts the credentials")
           : cond("CredentialsValid", "Unknown", "Probing", "waiting for the first probe")
   const denied = m.probe.denied ?? m.watchFailure
-  const ready = !m.engineRunning
-    ? cond("Ready", "False", "EngineStopped", "no engine runs for this member")
-    : denied
-      ? cond("Ready", "False", denied.reason, denied.message)
-      : !m.synced
-        ? cond(
-            "Ready",
-            "False",
-            m.syncError ? "CacheSyncTimeout" : "Syncing",
-            m.syncError ?? "waiting for caches to sync",
-          )
-        : m.catchingUp
-          ? cond("Ready", "False", "CatchingUp", "reachable again; waiting for the caches to resume")
-          : cond("Ready", "True", "CachesSynced", "engine running with synced caches")
+  const ownerless = m.ownerless?.()
+  const ready = ownerless
+    ? cond("Ready", "False", ownerless.reason, ownerless.message)
+    : !m.engineRunning
+      ? cond("Ready", "False", "EngineStopped", "no engine runs for this member")
+      : denied
+        ? cond("Ready", "False", denied.reason, denied.message)
+        : !m.synced
+          ? cond(
+              "Ready",
+              "False",
+              m.syncError ? "CacheSyncTimeout" : "Syncing",
+              m.syncError ?? "waiting for caches to sync",
+            )
+          : m.catchingUp
+            ? cond("Ready", "False", "CatchingUp", "reachable again; waiting for the caches to resume")
+            : cond("Ready", "True", "CachesSynced", "engine running with synced caches")
   const unseen = unseenBecause(m)
   const verified = unseen
     ? cond("BackupsVerified", "Unknown", unseen.reason, `${counts.total} checks; ${unseen.message}`)

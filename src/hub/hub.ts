@@ -24,8 +24,9 @@ import type { MemberEntry } from "./fleet-state.ts"
 import { type Availability, startHubHttp } from "./http.ts"
 import { makeLeaderElector } from "./leader-election.ts"
 import { runPlacement } from "./placement/controller.ts"
-import { runRegistration } from "./registration.ts"
+import { type Registration, runRegistration } from "./registration.ts"
 import { type ServingCert, tlsServerOptions, watchServingFiles } from "./serving/serving-cert.ts"
+import { makeSharding, type Sharding, unshardedFence } from "./sharding/shards.ts"
 
 export interface HubOptions {
   readonly config: HubConfig
@@ -78,20 +79,31 @@ export const runHub = Effect.fnUntraced(function* (
   let leading = false
   let registrationSynced = false
   let leaderName: () => string | undefined = () => identity
+  let sharding: Sharding | undefined
   const availability = (): Availability =>
-    !leading
-      ? {
-          answers: false,
-          reason: "Standby",
-          message: `standby: this hub does not lead; the leader is ${leaderName() || "not known yet"}`,
-        }
-      : !registrationSynced
-        ? {
+    sharding
+      ? // Every replica answers for the whole fleet once it has listed the registrations and the Leases
+        // that say who works which member (a member nobody works shows Unknown, never green).
+        registrationSynced && sharding.synced()
+        ? { answers: true }
+        : {
             answers: false,
             reason: "Syncing",
-            message: "syncing: the member registrations are not listed yet",
+            message: "syncing: the member registrations or the sharding Leases are not listed yet",
           }
-        : { answers: true }
+      : !leading
+        ? {
+            answers: false,
+            reason: "Standby",
+            message: `standby: this hub does not lead; the leader is ${leaderName() || "not known yet"}`,
+          }
+        : !registrationSynced
+          ? {
+              answers: false,
+              reason: "Syncing",
+              message: "syncing: the member registrations are not listed yet",
+            }
+          : { answers: true }
   // The elector's own client is never fenced (it renews the lease); leader work gets a fenced one.
   // Every request names this hub process, so the API servers' audit logs tell replicas apart.
   const userAgent = `fleetcheck-hub/${identity}`
@@ -178,6 +190,10 @@ export const runHub = Effect.fnUntraced(function* (
       }),
     )
     yield* Effect.logInfo("leading: starting registration and member engines")
+    const leaderFence = unshardedFence({
+      mayWrite: Effect.suspend(() => fence.mayWrite),
+      lostLease: Effect.suspend(() => fence.lostLease),
+    })
     yield* runPlacement({
       hubClient,
       namespace: config.namespace,
@@ -199,7 +215,8 @@ export const runHub = Effect.fnUntraced(function* (
       reportingInstance: identity,
       userAgent,
       drainGraceMs: () => drainGrace(),
-      fence,
+      fenceFor: () => leaderFence,
+      hubClientFor: () => hubClient,
       accessProviders: options.accessProviders,
       onSynced: () => {
         registrationSynced = true
@@ -208,7 +225,73 @@ export const runHub = Effect.fnUntraced(function* (
     return yield* Effect.never
   })
 
-  if (!config.leaderElect) {
+  if (config.sharding) {
+    // Sharding (ADR 0011): no leader; every replica runs the registration, works the members whose
+    // Lease it holds, and keeps read-only caches of the others for the views.
+    const shards = yield* makeSharding({
+      client: electorClient,
+      namespace: config.namespace,
+      identity,
+      leaseDurationMs: config.leaseDurationMs,
+      renewDeadlineMs: config.renewDeadlineMs,
+      retryPeriodMs: config.retryPeriodMs,
+      resyncMs: config.resyncPeriodMs,
+    })
+    sharding = shards
+    const shardedWork = Effect.gen(function* () {
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          registrationSynced = false
+          members.clear()
+          metrics.forgetAll()
+        }),
+      )
+      yield* Effect.logInfo("sharding: announcing this replica, starting registration").pipe(
+        Effect.annotateLogs({ identity }),
+      )
+      yield* Effect.logInfo("FleetBackupChecks are not placed with --sharding (ADR 0011)")
+      let registration: Registration | undefined
+      let syncedAt: number | undefined
+      // Started before the registration, so its Leases are released only after the members drained.
+      yield* shards.run({
+        members: () => registration?.names() ?? [],
+        onChange: (member) => registration?.enqueue(member),
+        // Members move here only once this replica's caches of every registered member synced (or
+        // failed to): work that moves here then starts at once. Never later than the sync timeout.
+        ready: () => {
+          if (!registrationSynced || registration === undefined) return false
+          syncedAt ??= Date.now()
+          if (Date.now() - syncedAt > config.cacheSyncTimeoutMs) return true
+          const all = [...members.values()]
+          return (
+            all.length >= registration.names().size &&
+            all.every((m) => m.synced || m.syncError !== undefined || m.refused !== undefined)
+          )
+        },
+      })
+      registration = yield* runRegistration({
+        // Every write for a member goes through that member's fenced client; anything else is refused.
+        hubClient: gateWrites(electorClient, Effect.succeed(false)),
+        config,
+        globalLimit,
+        syncLimit,
+        members,
+        metrics,
+        reportingInstance: identity,
+        userAgent,
+        drainGraceMs: (member) => (shards.fenceFor(member).mayWriteNow() ? config.drainGraceMs : 0),
+        fenceFor: shards.fenceFor,
+        hubClientFor: (member) => gateWrites(electorClient, shards.fenceFor(member).mayWrite),
+        ownerlessFor: (member) => () => shards.ownerless(member),
+        accessProviders: options.accessProviders,
+        onSynced: () => {
+          registrationSynced = true
+        },
+      })
+      return yield* Effect.never
+    })
+    yield* Effect.forkScoped(Effect.scoped(shardedWork))
+  } else if (!config.leaderElect) {
     yield* Effect.forkScoped(Effect.scoped(leaderWork))
   } else {
     // Validated before anything starts: bad timings are a startup error, not a hub that never leads.

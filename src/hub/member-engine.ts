@@ -32,6 +32,7 @@ import {
   sandboxUidIndex,
 } from "../reconcile/backupcheck-reconciler.ts"
 import { sandboxCheckKey, sandboxCheckUid } from "../reconcile/sandbox.ts"
+import type { MemberFence } from "./sharding/shards.ts"
 
 export interface MemberEngineOptions {
   readonly cluster: string
@@ -66,6 +67,11 @@ export interface MemberEngineOptions {
   readonly mayWrite: Effect.Effect<boolean>
   /** Completes when the hub's lease is lost: a drain in progress ends at once. */
   readonly lostLease: Effect.Effect<void>
+  /**
+   * Sharding (ADR 0011): runs the workers for each term this hub replica holds the member's Lease, in
+   * a scope closed when the term ends; the caches stay between terms. Unset: one term, the engine's life.
+   */
+  readonly whileOwned?: MemberFence["whileOwned"]
   /** A LIST/WATCH of this member failed: a faster sign of a dead member than the next probe. */
   readonly onWatchFailure: (error: KubeError) => void
   /** A scheduled slot was skipped (concurrencyPolicy Forbid), for the metrics. */
@@ -249,20 +255,39 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
       ),
     )
   })
+  const requeueAll = Effect.suspend(() => {
+    refusedSince = false
+    return Effect.forEach(checks.store.keys(), (key) => Effect.andThen(queue.forget(key), queue.add(key)), {
+      discard: true,
+    })
+  })
+  // One term of work: the workers, in the term's scope. Between terms (sharding) the handlers keep
+  // queueing keys and nothing takes them; a later term queues every check again, since the keys a
+  // closed term interrupted were dropped.
+  const term = (n: number) =>
+    Effect.gen(function* () {
+      if (n > 1) yield* requeueAll
+      yield* runController({
+        stats,
+        name: "backupcheck",
+        cluster,
+        queue,
+        reconcile,
+        workers: options.workers,
+        ...(options.globalLimit ? { globalLimit: options.globalLimit } : {}),
+        ...(options.controllerHooks ? { hooks: options.controllerHooks } : {}),
+      })
+    })
+  const whileOwned =
+    options.whileOwned ??
+    ((work: (n: number) => Effect.Effect<void, never, Scope.Scope>) =>
+      Effect.andThen(Effect.scoped(Effect.andThen(work(1), Effect.never)), Effect.never))
   yield* Effect.gen(function* () {
     yield* awaitSynced
-    yield* runController({
-      stats,
-      name: "backupcheck",
-      cluster,
-      queue,
-      reconcile,
-      workers: options.workers,
-      ...(options.globalLimit ? { globalLimit: options.globalLimit } : {}),
-      ...(options.controllerHooks ? { hooks: options.controllerHooks } : {}),
-    })
-    yield* Effect.addFinalizer(() => drain)
+    yield* whileOwned(term)
   }).pipe(Effect.forkScoped)
+  // Registered after the work's fork, so it runs first: the queue drains while the workers still run.
+  yield* Effect.addFinalizer(() => drain)
 
   const engine: MemberEngine = {
     cluster,
@@ -277,12 +302,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     hasSynced: () => checks.hasSynced() && jobs.hasSynced() && (namespaces?.hasSynced() ?? true),
     awaitSynced,
     refusedSinceRequeue: () => refusedSince,
-    requeueAll: Effect.suspend(() => {
-      refusedSince = false
-      return Effect.forEach(checks.store.keys(), (key) => Effect.andThen(queue.forget(key), queue.add(key)), {
-        discard: true,
-      })
-    }),
+    requeueAll,
   }
   return engine
 }) as (options: MemberEngineOptions) => Effect.Effect<MemberEngine, never, Scope.Scope>

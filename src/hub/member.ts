@@ -22,9 +22,9 @@ import {
   memberClusterStatus,
   unseenBecause,
 } from "./fleet-state.ts"
-import type { LeaderFence } from "./hub.ts"
 import type { CredentialFeed } from "./member-credential.ts"
 import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
+import type { MemberFence } from "./sharding/shards.ts"
 
 /** The hub settings a member's life depends on (see config.ts for each one's meaning and default). */
 export type MemberSettings = Pick<
@@ -57,7 +57,11 @@ export interface MemberDeps {
   readonly metrics: FleetMetrics
   /** Drain grace when the member stops now: none once the lease is lost (see hub.ts). */
   readonly drainGraceMs: () => number
-  readonly fence: LeaderFence
+  /**
+   * This member's fence: the leader's without sharding; with it, the member's Lease (ADR 0011). A
+   * replica that does not work the member keeps its caches and probe for the views, and writes nothing.
+   */
+  readonly fence: MemberFence
   readonly userAgent: string
 }
 
@@ -349,6 +353,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     drainGraceMs: deps.drainGraceMs,
     mayWrite: deps.fence.mayWrite,
     lostLease: deps.fence.lostLease,
+    whileOwned: deps.fence.whileOwned,
     onRunSkipped: () => metrics.incRunSkipped(entry.name),
     onRunRecorded: (namespace, name, run, traceparent) => {
       const took = measureRun(run).restoreDurationMs
@@ -362,7 +367,9 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   entry.engineRunning = true
   entry.checks = () => engine.checks.store.list()
   entry.access = { client: engine.client, checks: engine.checks, namespaces: spec.namespaces }
-  metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
+  // A member's series are exported by the hub replica working it only (all of them without sharding).
+  let exporting = deps.fence.owned()
+  if (exporting) metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
   // Series follow the objects: a deleted check's go with it, a stopped member's with the member.
   engine.checks.addHandler({
     onDelete: (c) => metrics.deleteCheck(entry.name, c.metadata.namespace ?? "", c.metadata.name),
@@ -449,7 +456,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         exec.expiry !== undefined
           ? renewalFailing && credentialsExpiringSoon(exec.expiry, new Date(now), timings.expiryWarningMs)
           : credentialsExpiringSoon(staticExpiry, new Date(now), timings.expiryWarningMs)
-      metrics.setMemberConnected(entry.name, entry.probe.connected === true)
+      if (exporting) metrics.setMemberConnected(entry.name, entry.probe.connected === true)
       // A failed probe is confirmed quickly rather than a full interval later: with the defaults a dead
       // member shows Connected=False in a few seconds, not 30.
       const p = entry.probe
@@ -489,6 +496,15 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const statusLoop = Effect.gen(function* () {
     while (true) {
       const now = yield* Clock.currentTimeMillis
+      const owned = deps.fence.owned()
+      if (owned !== exporting) {
+        exporting = owned
+        if (owned) {
+          metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
+          checksChanged = true
+          restartsSeen.clear()
+        } else metrics.forgetMember(entry.name)
+      }
       const watchFailure = watchFailureOf(engine, timings, now)
       if (watchFailure?.reason !== entry.watchFailure?.reason && watchFailure)
         yield* Effect.logWarning("member caches cannot list/watch").pipe(
@@ -502,16 +518,19 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         engine.jobs.failingSince === undefined
       )
         entry.catchingUp = false
-      metrics.setMemberReady(entry.name, entry.synced && isReachable(entry))
-      metrics.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
-      metrics.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
-      for (const [resource, informer] of [
-        ["backupchecks.fleetcheck.io", engine.checks],
-        ["jobs.batch", engine.jobs],
-      ] as const) {
-        const seen = restartsSeen.get(resource) ?? 0
-        for (let i = seen; i < informer.watchRestarts; i++) metrics.incInformerRestarts(entry.name, resource)
-        restartsSeen.set(resource, informer.watchRestarts)
+      if (exporting) {
+        metrics.setMemberReady(entry.name, entry.synced && isReachable(entry))
+        metrics.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
+        metrics.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
+        for (const [resource, informer] of [
+          ["backupchecks.fleetcheck.io", engine.checks],
+          ["jobs.batch", engine.jobs],
+        ] as const) {
+          const seen = restartsSeen.get(resource) ?? 0
+          for (let i = seen; i < informer.watchRestarts; i++)
+            metrics.incInformerRestarts(entry.name, resource)
+          restartsSeen.set(resource, informer.watchRestarts)
+        }
       }
       // The same views the fleet API shows: Unknown while unreachable or not verified for this spec.
       const unseen = JSON.stringify(unseenBecause(entry) ?? null)
@@ -519,7 +538,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         checksChanged = false
         viewsUnseen = unseen
         views = checkViews(entry)
-        for (const c of views) {
+        for (const c of exporting ? views : []) {
           metrics.setCheckVerified(
             entry.name,
             c.namespace,
@@ -529,7 +548,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
           )
         }
         // A fact of each check's last finished run (ADR 0009), so it changes only with the checks.
-        for (const c of entry.checks()) {
+        for (const c of exporting ? entry.checks() : []) {
           const run = c.status === undefined ? undefined : lastFinishedRun(c.status)
           const age = run === undefined ? undefined : measureRun(run).dataAgeMs
           metrics.setCheckRecoveryPointAge(
@@ -541,13 +560,16 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         }
       }
       // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
-      yield* syncMemberCluster(deps.hubClient, entry, views).pipe(
-        Effect.catch((e) =>
-          Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
-            Effect.annotateLogs({ error: e.message }),
+      // Only the replica working the member writes it (its writes fenced by the member's Lease).
+      if (owned)
+        yield* syncMemberCluster(deps.hubClient, entry, views).pipe(
+          Effect.catch((e) =>
+            Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
+              Effect.annotateLogs({ error: e.message }),
+            ),
           ),
-        ),
-      )
+        )
+      else delete entry.lastSeen
       yield* Effect.sleep(timings.statusIntervalMs)
     }
   })

@@ -70,7 +70,6 @@ import {
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import type { HubConfig } from "./config.ts"
 import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
-import type { LeaderFence } from "./hub.ts"
 import { runMember, syncMemberCluster } from "./member.ts"
 import { CredentialFeed } from "./member-credential.ts"
 import { type ReleaseCredential, releaseScope } from "./registration/release.ts"
@@ -89,6 +88,7 @@ import {
   sameCluster,
   sameScope,
 } from "./registration/scope.ts"
+import type { MemberFence } from "./sharding/shards.ts"
 
 export interface RegistrationOptions {
   readonly hubClient: KubeClient
@@ -98,10 +98,18 @@ export interface RegistrationOptions {
   readonly syncLimit: Semaphore.Semaphore
   readonly members: Map<string, MemberEntry>
   readonly metrics: FleetMetrics
-  /** How long a stopping member may drain, asked when it stops (none once the lease is lost). */
-  readonly drainGraceMs: () => number
-  /** The leader fence: members' writes go out only while it allows them. */
-  readonly fence: LeaderFence
+  /** How long a stopping member may drain, asked when it stops (none once its lease is lost). */
+  readonly drainGraceMs: (member: string) => number
+  /**
+   * Each member's fence: the leader's for every member, or with sharding its member Lease (ADR 0011).
+   * A member this hub does not own (fence.owned() false) gets an engine for its caches and probe only,
+   * and nothing is written for it: no Secret finalizer, no MemberCluster, no Event, no release.
+   */
+  readonly fenceFor: (member: string) => MemberFence
+  /** The hub client whose writes for this member go out only while the member's fence allows them. */
+  readonly hubClientFor: (member: string) => KubeClient
+  /** With sharding: why no live replica works the member (shown by every view), see fleet-state.ts. */
+  readonly ownerlessFor?: (member: string) => MemberEntry["ownerless"]
   /** Who writes Events (the hub's identity). */
   readonly reportingInstance: string
   /** The User-Agent of every request to the members. */
@@ -217,6 +225,7 @@ const addCredential = (
 
 export const runRegistration = Effect.fnUntraced(function* (options: RegistrationOptions) {
   const { hubClient, config, members, metrics } = options
+  const owns = (name: string) => options.fenceFor(name).owned()
   const { namespace } = config
   const policy = policyOf(config)
   const fibers = yield* FiberMap.make<string>()
@@ -336,10 +345,13 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
 
   const recordEvent = (secret: Registering, type: "Normal" | "Warning", reason: string, message: string) =>
     Effect.gen(function* () {
+      const name = secret.metadata?.name ?? "unknown"
+      // Only the hub that works the member speaks for it.
+      if (!owns(name)) return
       // events.k8s.io wants MicroTime: exactly six fractional digits.
       const now = new Date(yield* Clock.currentTimeMillis).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z")
-      const name = secret.metadata?.name ?? "unknown"
-      yield* hubClient
+      yield* options
+        .hubClientFor(name)
         .request({
           method: "POST",
           path: pathOf(events, { namespace }),
@@ -512,6 +524,8 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         enqueue(name)
       }
       for (;;) {
+        // Ownership may move while this retries: the new owner releases it.
+        if (!owns(name)) return
         const result = yield* releaseScope({
           name,
           credentials: [...h.credentials.values()].reverse(),
@@ -519,7 +533,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           namespaces: h.namespaces,
           kept: () => keptOn(h.cluster),
           userAgent: options.userAgent,
-          mayWrite: options.fence.mayWrite,
+          mayWrite: options.fenceFor(name).mayWrite,
         }).pipe(Effect.result)
         if (result._tag === "Success") {
           const { released, what } = result.success
@@ -618,13 +632,13 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               onExecPluginFailed: (message) => recordEvent(secret, "Warning", "ExecPluginFailed", message),
             },
             {
-              hubClient,
+              hubClient: options.hubClientFor(name),
               globalLimit: options.globalLimit,
               syncLimit: options.syncLimit,
               settings: config,
               metrics,
-              drainGraceMs: options.drainGraceMs,
-              fence: options.fence,
+              drainGraceMs: () => options.drainGraceMs(name),
+              fence: options.fenceFor(name),
               userAgent: options.userAgent,
             },
           )
@@ -665,7 +679,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
             : [...finalizers, memberCleanupFinalizer]
           : finalizers.filter((f) => f !== memberCleanupFinalizer)
       if (nextFinalizers.length === finalizers.length && annotation === wantAnnotation) return
-      const patched = yield* hubClient.request<Registering>({
+      const patched = yield* options.hubClientFor(meta.name ?? "").request<Registering>({
         method: "PATCH",
         path: pathOf(resourceOf(secret), { namespace, name: meta.name }),
         contentType: "application/merge-patch+json",
@@ -688,7 +702,9 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     Effect.gen(function* () {
       members.delete(name)
       metrics.forgetMember(name)
-      yield* hubClient
+      if (!owns(name)) return
+      yield* options
+        .hubClientFor(name)
         .request({ method: "DELETE", path: pathOf(memberClusters, { name }) })
         .pipe(Effect.catchIf(isNotFound, () => Effect.void))
     })
@@ -697,7 +713,8 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   const gone = (name: string) =>
     Effect.gen(function* () {
       const st = states.get(name)
-      if (st && (st.held.length > 0 || FiberMap.hasUnsafe(fibers, name))) {
+      if (st && !owns(name)) yield* FiberMap.remove(fibers, name)
+      else if (st && (st.held.length > 0 || FiberMap.hasUnsafe(fibers, name))) {
         yield* Effect.logInfo("registration Secret gone; member disengaged")
         const placeholder: Registering = { metadata: { name, namespace } }
         yield* startFiber(name, st, { kind: "gone" }, placeholder)
@@ -711,6 +728,8 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   const reconcile = (req: { namespace: string; name: string }) =>
     Effect.gen(function* () {
       const name = req.name
+      const fence = options.fenceFor(name)
+      const owned = fence.owned()
       const cached = cachedSecret(name)
       const secret = cached ?? (yield* lookupUnlisted(name))
       if (!secret) {
@@ -783,7 +802,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         if (st.signature !== signature) yield* Effect.logInfo("member disengaged")
         st.signature = signature
         yield* deleteMemberCluster(name)
-        yield* persist(secret, st)
+        if (owned) yield* persist(secret, st)
         requeueNeighbours(name, [previousCluster, cluster])
         return {}
       }
@@ -792,6 +811,8 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       let entry = members.get(name)
       if (!entry) {
         entry = newMemberEntry(name, labels)
+        const ownerless = options.ownerlessFor?.(name)
+        if (ownerless) entry.ownerless = ownerless
         members.set(name, entry)
       }
       entry.labels = labels
@@ -803,8 +824,11 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         st.source = entry.source.kind
       }
 
-      // Recorded before any engine can put a finalizer there.
-      yield* persist(secret, st)
+      // Recorded before any engine can put a finalizer there (the member's work waits for this).
+      if (owned) {
+        yield* persist(secret, st)
+        if (desired.kind === "engine") fence.markRecorded()
+      }
 
       const changed = st.signature !== signature
       const running = FiberMap.hasUnsafe(fibers, name)
@@ -812,7 +836,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         desired.kind === "engine"
           ? { cluster: desired.cluster, namespaces: desired.checked.namespaces }
           : undefined
-      const releasable = st.held.some((h) => !(engineScope && sameScope(h, engineScope)))
+      const releasable = owned && st.held.some((h) => !(engineScope && sameScope(h, engineScope)))
       if (changed || (!running && (desired.kind === "engine" || releasable))) {
         const rebuild = st.signature?.startsWith("engine ") === true
         if (desired.kind === "engine") {
@@ -849,7 +873,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
 
       if (desired.kind === "engine") {
         delete st.announced
-        yield* syncMemberCluster(hubClient, entry)
+        if (owned) yield* syncMemberCluster(options.hubClientFor(name), entry)
         return {}
       }
       const refusal =
@@ -869,7 +893,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
                   ),
               }
       entry.refused = refusal
-      yield* syncMemberCluster(hubClient, entry)
+      if (owned) yield* syncMemberCluster(options.hubClientFor(name), entry)
       if (desired.kind !== "disengaging" && st.announced !== refusal.message) {
         st.announced = refusal.message
         if (desired.kind === "refused")
@@ -948,5 +972,19 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
   )
   yield* allSynced.pipe(Effect.timeout(60_000), Effect.ignore)
   yield* runController({ name: "registration", cluster: "hub", queue, reconcile, workers })
-  return { fibers, secrets }
-}) as (options: RegistrationOptions) => Effect.Effect<unknown, never, Scope.Scope>
+  /** Every member the registration knows: registered now, or still being let go. */
+  const names = (): Set<string> => {
+    const all = new Set(states.keys())
+    for (const s of allSecrets()) all.add(s.metadata?.name ?? "")
+    all.delete("")
+    return all
+  }
+  return { fibers, secrets, names, enqueue }
+}) as (options: RegistrationOptions) => Effect.Effect<Registration, never, Scope.Scope>
+
+export interface Registration {
+  /** Every member the registration knows (registered, or being let go): what sharding assigns. */
+  readonly names: () => Set<string>
+  /** Runs a member's registration again (its ownership changed). */
+  readonly enqueue: (name: string) => void
+}

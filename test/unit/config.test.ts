@@ -61,6 +61,7 @@ describe("hub configuration", () => {
       "tls-private-key-file": "/etc/fleetcheck/tls/tls.key",
       "dashboard-address": "0.0.0.0:8081",
       "leader-elect": "false",
+      sharding: "true",
       "leader-elect-lease-duration": "30s",
       "leader-elect-renew-deadline": "20s",
       "leader-elect-retry-period": "4s",

@@ -354,3 +354,30 @@ describe("objectives in the fleet views", () => {
     assert.strictEqual(v.clusters[0]?.counts.objectivesMissed, 0)
   })
 })
+
+describe("sharding: a member nobody works (ADR 0011)", () => {
+  it("shows Unknown/NoOwner and Ready=False, however green its cache; green again once an owner holds it", () => {
+    let owner: { reason: string; message: string } | undefined = {
+      reason: "NoOwner",
+      message: "no live hub replica holds this member's Lease fleetcheck-member-b-eu",
+    }
+    const m = healthyMember("b-eu", [{ namespace: "shop", name: "orders", status: "True" }])
+    m.ownerless = () => owner
+    const gone = fleetView([m], t0)
+    assert.deepStrictEqual(
+      gone.checks.map((c) => [c.status, c.reason]),
+      [["Unknown", "NoOwner"]],
+    )
+    const ready = gone.clusters[0]?.conditions.find((c) => c.type === "Ready")
+    assert.deepStrictEqual([ready?.status, ready?.reason], ["False", "NoOwner"])
+    assert.strictEqual(gone.summary?.healthyClusters, 0)
+    assert.strictEqual(gone.summary?.checks.verified, 0)
+    owner = undefined
+    const owned = fleetView([m], t0)
+    assert.deepStrictEqual(
+      owned.checks.map((c) => [c.status, c.reason]),
+      [["True", "RestoreSucceeded"]],
+    )
+    assert.strictEqual(owned.summary?.healthyClusters, 1)
+  })
+})

@@ -1,0 +1,676 @@
+// Sharding (--sharding, ADR 0011): several hub replicas split the members. Each replica announces itself
+// with its own Lease (fleetcheck-hub-<identity hash>, renewed every retryPeriod); the live replicas are
+// those whose Lease changed within its duration on our clock (client-go's observedTime rule, as the
+// leader election reads its Lease). Each member is assigned to one live replica by rendezvous hashing
+// (assignment.ts), and worked only by the replica holding its Lease fleetcheck-member-<cluster>: a
+// leader election per member, with the same semantics as leader-election.ts:
+//
+//   acquire   only the assignee, only when the Lease is missing, released, or expired on its clock
+//             (leaseDuration since it last saw the record change); every write carries the
+//             resourceVersion read, so two replicas cannot both win
+//   renew     every retryPeriod; writes for the member are refused from renewDeadline after the start
+//             of the last successful renewal (the member's fence, asked by every write as its bytes go
+//             to the socket: a replica frozen by SIGSTOP writes nothing when it thaws)
+//   hand over when the assignment moves (a replica joined or left): the member's work stops first, then
+//             the Lease is released (empty holder, 1 s) so the new assignee takes it at its next round
+//   lose      a renewal not succeeding within renewDeadline, or the Lease found taken: the work stops at
+//             once, without a drain, as a lost leader's does
+//
+// Leases are read through one informer (label fleetcheck.io/shard-lease), so a round costs one PUT per
+// held Lease and nothing else. On shutdown the work drains first (renewals go on), then every held
+// Lease is released and the replica's own Lease deleted, so the others take over at once.
+import { Clock, Deferred, Effect, type Scope } from "effect"
+import { memberLeaseName, replicaLeaseName, shardLeaseLabel } from "../../api/names.ts"
+import { makeInformer } from "../../engine/informer/informer.ts"
+import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from "../../kube/client.ts"
+import { leases, pathOf } from "../../kube/resources.ts"
+import {
+  heldUntil,
+  isHeldByOther,
+  type Lease,
+  type LeaseObservation,
+  microTime,
+  observeLease,
+} from "../leader-election.ts"
+import { assigneeOf } from "./assignment.ts"
+
+export interface ShardingOptions {
+  /** The hub client, unfenced: it renews the Leases. */
+  readonly client: KubeClient
+  readonly namespace: string
+  /** This replica's identity: the holder it writes, and its rendezvous key. */
+  readonly identity: string
+  readonly leaseDurationMs: number
+  readonly renewDeadlineMs: number
+  readonly retryPeriodMs: number
+  readonly resyncMs: number
+}
+
+/**
+ * One member's fence, as the member's work and writes use it. Without sharding the hub's leader fence
+ * stands in for it (see {@link unshardedFence}).
+ */
+export interface MemberFence {
+  /** Whether a write for this member may go out now (asked again as its bytes go to the socket). */
+  readonly mayWrite: Effect.Effect<boolean>
+  /** The same, synchronously. */
+  readonly mayWriteNow: () => boolean
+  /** Completes when this member's Lease is lost (not when it is handed over): a drain ends at once. */
+  readonly lostLease: Effect.Effect<void>
+  /** Whether this replica works the member now: its registration writes only then. */
+  readonly owned: () => boolean
+  /**
+   * Runs `work` for every term this replica holds the member's Lease (term 1, 2, ...), each in a scope
+   * of its own closed when the term ends (lost or handed over); never returns. Without sharding, one
+   * term that never ends.
+   */
+  readonly whileOwned: (
+    work: (term: number) => Effect.Effect<void, never, Scope.Scope>,
+  ) => Effect.Effect<never>
+  /**
+   * The registration recorded what this member's work may hold (its finalizer on the Secret): the work
+   * may start once the Lease is held too.
+   */
+  readonly markRecorded: () => void
+}
+
+/** The hub's leader fence as every member's fence: what the hub did before sharding. */
+export const unshardedFence = (leader: {
+  readonly mayWrite: Effect.Effect<boolean>
+  readonly lostLease: Effect.Effect<void>
+}): MemberFence => ({
+  mayWrite: leader.mayWrite,
+  mayWriteNow: () => Effect.runSync(leader.mayWrite),
+  lostLease: leader.lostLease,
+  owned: () => true,
+  whileOwned: (work) => Effect.andThen(Effect.scoped(work(1)), Effect.never),
+  markRecorded: () => {},
+})
+
+/** Why a member is not worked by any live replica, for the views. */
+export interface Ownerless {
+  readonly reason: "NoOwner"
+  readonly message: string
+}
+
+export interface Sharding {
+  readonly identity: string
+  /** The Lease informer has listed once: the views can tell who works which member. */
+  readonly synced: () => boolean
+  /** Live replicas by identity (this one included), sorted. */
+  readonly liveReplicas: () => ReadonlyArray<string>
+  /** This replica's fence for a member (one per member, kept while the member is registered). */
+  readonly fenceFor: (member: string) => MemberFence
+  /** Whether this replica works the member now. */
+  readonly owns: (member: string) => boolean
+  /** Who holds the member's Lease, when a live holder does, as this replica last saw it. */
+  readonly holderOf: (member: string) => string | undefined
+  /** Why no live replica works the member, or undefined when one does (see {@link Ownerless}). */
+  readonly ownerless: (member: string) => Ownerless | undefined
+  /**
+   * Runs the rounds until the scope closes, then releases every held member Lease and deletes the
+   * replica's own. `members` lists every registered member; `onChange` is told when this replica's
+   * hold on one changes (its registration runs again).
+   */
+  readonly run: (hooks: ShardingHooks) => Effect.Effect<void, never, Scope.Scope>
+}
+
+export interface ShardingHooks {
+  /** Every registered member (and those still being let go). */
+  readonly members: () => Iterable<string>
+  /** This replica's hold on a member changed: its registration runs again. */
+  readonly onChange: (member: string) => void
+  /**
+   * Whether this replica is ready to take members: it announces itself (and so is assigned members)
+   * only from then on, so a starting replica's caches are warm when work moves to it.
+   */
+  readonly ready: () => boolean
+}
+
+interface MemberState {
+  readonly name: string
+  readonly leaseName: string
+  /** Our last written copy while we hold it. */
+  lease: Lease | undefined
+  observation: LeaseObservation | undefined
+  held: boolean
+  /** Monotonic ms at which the last successful write of this term was sent. */
+  lastRenewStartMs: number | undefined
+  /** The assignment moved: the work stops, then the Lease is released. */
+  releasing: boolean
+  recorded: boolean
+  term: number
+  /** Terms whose work is running now. */
+  working: number
+  /** Completes when a term may start (held and recorded); replaced at each term's end. */
+  startable: Deferred.Deferred<void>
+  /** Completes when the current term ends; replaced at each term's end. */
+  ended: Deferred.Deferred<void>
+  /** Completes when the Lease is lost; replaced at each term's end. */
+  lost: Deferred.Deferred<void>
+}
+
+// One monotonic clock for the rounds and for the fence, which is asked synchronously as bytes go out.
+const nowMono = () => performance.now()
+const monoMs = Effect.sync(nowMono)
+
+/** Members whose Lease writes go out at once in a round. */
+const roundConcurrency = 16
+
+export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const { client, namespace, identity, leaseDurationMs, renewDeadlineMs, retryPeriodMs } = options
+    const leaseDurationSeconds = Math.ceil(leaseDurationMs / 1000)
+    const attemptTimeoutMs = Math.max(retryPeriodMs, renewDeadlineMs / 2)
+    const collection = pathOf(leases, { namespace })
+    const itemPath = (name: string) => pathOf(leases, { namespace, name })
+    const ownLeaseName = replicaLeaseName(identity)
+
+    const informer = yield* makeInformer<Lease>({
+      client,
+      name: "shard-leases",
+      resource: leases,
+      namespace,
+      labelSelector: shardLeaseLabel,
+      resyncMs: options.resyncMs,
+    })
+    let synced = false
+    yield* informer.awaitSynced.pipe(
+      Effect.andThen(
+        Effect.sync(() => {
+          synced = true
+        }),
+      ),
+      Effect.forkScoped,
+    )
+
+    const replicaObservations = new Map<string, LeaseObservation>()
+    let live: ReadonlyArray<string> = [identity]
+    const states = new Map<string, MemberState>()
+
+    const stateOf = (member: string): MemberState => {
+      let st = states.get(member)
+      if (!st) {
+        st = {
+          name: member,
+          leaseName: memberLeaseName(member),
+          lease: undefined,
+          observation: undefined,
+          held: false,
+          lastRenewStartMs: undefined,
+          releasing: false,
+          recorded: false,
+          term: 0,
+          working: 0,
+          startable: Deferred.makeUnsafe<void>(),
+          ended: Deferred.makeUnsafe<void>(),
+          lost: Deferred.makeUnsafe<void>(),
+        }
+        states.set(member, st)
+      }
+      return st
+    }
+
+    const mayWriteNow = (st: MemberState) =>
+      st.held && st.lastRenewStartMs !== undefined && nowMono() - st.lastRenewStartMs < renewDeadlineMs
+
+    /** Starts a term once both the Lease is held and the registration has recorded the member. */
+    const maybeStartable = (st: MemberState) => {
+      if (st.held && st.recorded && !st.releasing) Deferred.doneUnsafe(st.startable, Effect.void)
+    }
+
+    /** Ends the current term: fresh signals for the next one are in place before the old ones fire. */
+    const endTerm = (st: MemberState, lost: boolean) => {
+      const { ended, lost: lostSignal } = st
+      st.startable = Deferred.makeUnsafe<void>()
+      st.ended = Deferred.makeUnsafe<void>()
+      st.lost = Deferred.makeUnsafe<void>()
+      st.recorded = false
+      if (lost) Deferred.doneUnsafe(lostSignal, Effect.void)
+      Deferred.doneUnsafe(ended, Effect.void)
+    }
+
+    const fences = new Map<string, MemberFence>()
+    const fenceFor = (member: string): MemberFence => {
+      const existing = fences.get(member)
+      if (existing) return existing
+      const st = stateOf(member)
+      const fence: MemberFence = {
+        mayWrite: Effect.sync(() => mayWriteNow(st)),
+        mayWriteNow: () => mayWriteNow(st),
+        lostLease: Effect.suspend(() => Deferred.await(st.lost)),
+        owned: () => st.held && !st.releasing,
+        markRecorded: () => {
+          st.recorded = true
+          maybeStartable(st)
+        },
+        whileOwned: (work) =>
+          Effect.gen(function* () {
+            while (true) {
+              yield* Effect.suspend(() => Deferred.await(st.startable))
+              const ended = st.ended
+              st.term++
+              st.working++
+              yield* Effect.scoped(
+                Effect.raceFirst(Effect.andThen(work(st.term), Effect.never), Deferred.await(ended)),
+              ).pipe(
+                Effect.ensuring(
+                  Effect.sync(() => {
+                    st.working--
+                  }),
+                ),
+              )
+            }
+          }),
+      }
+      fences.set(member, fence)
+      return fence
+    }
+
+    /** The member's Lease as the informer has it, observed on our clock. */
+    const observe = (st: MemberState, now: number): Lease | undefined => {
+      const current = informer.store.get(`${namespace}/${st.leaseName}`)
+      st.observation = observeLease(st.observation, current?.spec, now)
+      return current
+    }
+
+    const holderOf = (member: string): string | undefined => {
+      const st = states.get(member)
+      if (st?.held) return identity
+      const current = informer.store.get(`${namespace}/${memberLeaseName(member)}`)
+      const holder = current?.spec?.holderIdentity ?? ""
+      if (holder === "" || holder === identity) return undefined
+      // Observed on read, so a Lease that stopped changing expires in our eyes even between rounds.
+      const observation = observeLease(st?.observation, current?.spec, nowMono())
+      if (st) st.observation = observation
+      return heldUntil(current?.spec, observation, leaseDurationMs) > nowMono() ? holder : undefined
+    }
+
+    const ownerless = (member: string): Ownerless | undefined => {
+      if (holderOf(member) !== undefined) return undefined
+      return {
+        reason: "NoOwner",
+        message: synced
+          ? `no live hub replica holds this member's Lease ${memberLeaseName(member)}: nothing verifies its checks now`
+          : "this hub replica has not read the sharding Leases yet",
+      }
+    }
+
+    const leaseBody = (name: string, role: "replica" | "member", wall: string): Lease => ({
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name, namespace, labels: { [shardLeaseLabel]: role } } as Lease["metadata"],
+      spec: {
+        holderIdentity: identity,
+        leaseDurationSeconds,
+        acquireTime: wall,
+        renewTime: wall,
+        leaseTransitions: 0,
+      },
+    })
+
+    // A renewal or release of a held Lease goes out only while the member's fence is open, checked
+    // again as its bytes go to the socket: a thawed replica sends no late renewal (kube/write-gate.ts).
+    const put = (l: Lease, fence?: () => boolean) =>
+      client.request<Lease>({
+        method: "PUT",
+        path: itemPath(l.metadata.name),
+        body: l,
+        timeoutMs: attemptTimeoutMs,
+        ...(fence ? { fence } : {}),
+      })
+    const post = (l: Lease) =>
+      client.request<Lease>({ method: "POST", path: collection, body: l, timeoutMs: attemptTimeoutMs })
+    const get = (name: string) =>
+      client.request<Lease>({ method: "GET", path: itemPath(name), timeoutMs: attemptTimeoutMs })
+    const writeTimes = Effect.all({ wall: Effect.map(Clock.currentTimeMillis, microTime), mono: monoMs })
+
+    // A round runs early when a member Lease is released or deleted (its assignee takes it at once) or
+    // a replica appears (holders hand its members over at once); renewals still wait until they are due.
+    let wake = Deferred.makeUnsafe<void>()
+    const roleOf = (l: Lease) => (l.metadata.labels as Record<string, string> | undefined)?.[shardLeaseLabel]
+    informer.addHandler({
+      onAdd: (l) => {
+        if (roleOf(l) === "replica") Deferred.doneUnsafe(wake, Effect.void)
+      },
+      onUpdate: (_, l) => {
+        if (roleOf(l) === "member" && (l.spec?.holderIdentity ?? "") === "")
+          Deferred.doneUnsafe(wake, Effect.void)
+      },
+      onDelete: (l) => {
+        if (roleOf(l) === "member") Deferred.doneUnsafe(wake, Effect.void)
+      },
+    })
+
+    // ---- the replica's own Lease --------------------------------------------------------------------
+    let ownLease: Lease | undefined
+    let lastAnnounceMs: number | undefined
+    let firstAnnouncedMs: number | undefined
+    const announce = Effect.gen(function* () {
+      const t = yield* writeTimes
+      if (ownLease) {
+        const renewed = yield* Effect.result(
+          put({ ...ownLease, spec: { ...ownLease.spec, renewTime: t.wall } }),
+        )
+        if (renewed._tag === "Success") {
+          ownLease = renewed.success
+          return
+        }
+        if (!isConflict(renewed.failure) && !isNotFound(renewed.failure))
+          return yield* Effect.fail(renewed.failure)
+      }
+      // First round, or our copy is stale (deleted or written behind our back): write it afresh.
+      const current = yield* get(ownLeaseName).pipe(
+        Effect.catchIf(isNotFound, () => Effect.succeed(undefined)),
+      )
+      const body = leaseBody(ownLeaseName, "replica", t.wall)
+      ownLease = current
+        ? yield* put({
+            ...current,
+            metadata: { ...current.metadata, labels: body.metadata.labels },
+            spec: body.spec,
+          })
+        : yield* post(body)
+      firstAnnouncedMs ??= t.mono
+    }).pipe(
+      Effect.catch((e) =>
+        Effect.logWarning("renewing this replica's Lease failed; retrying").pipe(
+          Effect.annotateLogs({ lease: ownLeaseName, error: e.message }),
+        ),
+      ),
+    )
+
+    const refreshLive = (now: number) => {
+      const ids = new Set<string>([identity])
+      const seen = new Set<string>()
+      const dead: Lease[] = []
+      for (const l of informer.store.list()) {
+        const labels = l.metadata.labels as Record<string, string> | undefined
+        if (labels?.[shardLeaseLabel] !== "replica") continue
+        const name = l.metadata.name
+        seen.add(name)
+        const obs = observeLease(replicaObservations.get(name), l.spec, now)
+        replicaObservations.set(name, obs)
+        const holder = l.spec?.holderIdentity ?? ""
+        const until = heldUntil(l.spec, obs, leaseDurationMs)
+        if (holder !== "" && until > now) ids.add(holder)
+        // Expired for another lease duration on our clock: deleted, so a replica starting later does not
+        // count it live for a lease duration of its own (members it would assign there would wait).
+        if (name !== ownLeaseName && until + leaseDurationMs < now) dead.push(l)
+      }
+      for (const name of replicaObservations.keys()) if (!seen.has(name)) replicaObservations.delete(name)
+      const next = [...ids].sort()
+      const before = live
+      live = next
+      const logged =
+        next.join("\n") === before.join("\n")
+          ? Effect.void
+          : Effect.logInfo("live hub replicas changed").pipe(
+              Effect.annotateLogs({ replicas: next.join(","), before: before.join(",") }),
+            )
+      // A replica alive after all (partitioned) writes its Lease again at its next round.
+      const collect = Effect.forEach(
+        dead,
+        (l) =>
+          client
+            .request({
+              method: "DELETE",
+              path: itemPath(l.metadata.name),
+              body: { preconditions: { resourceVersion: l.metadata.resourceVersion } },
+              timeoutMs: attemptTimeoutMs,
+            })
+            .pipe(
+              Effect.andThen(
+                Effect.logInfo("deleted the Lease of a hub replica gone for two lease durations").pipe(
+                  Effect.annotateLogs({ lease: l.metadata.name, holder: l.spec?.holderIdentity ?? "" }),
+                ),
+              ),
+              // Another replica deleted it first, or it was renewed meanwhile (a Conflict): both fine.
+              Effect.catch((e) =>
+                Effect.logDebug("not deleting a stale replica Lease").pipe(
+                  Effect.annotateLogs({ lease: l.metadata.name, error: e.message }),
+                ),
+              ),
+            ),
+        { discard: true },
+      )
+      return Effect.andThen(logged, collect)
+    }
+
+    // ---- one member's round ---------------------------------------------------------------------------
+    const memberRound = (st: MemberState, registered: boolean, onChange: (m: string) => void) =>
+      Effect.gen(function* () {
+        const now = yield* monoMs
+        const current = observe(st, now)
+        const assignee = registered ? assigneeOf(st.name, live) : undefined
+        const annotate = Effect.annotateLogs({ cluster: st.name, lease: st.leaseName })
+
+        if (st.held) {
+          // A round that came too late (a stall, SIGSTOP): the fence has closed already; so has the term.
+          if (st.lastRenewStartMs === undefined || now - st.lastRenewStartMs >= renewDeadlineMs) {
+            st.held = false
+            st.lease = undefined
+            endTerm(st, true)
+            onChange(st.name)
+            return yield* Effect.logWarning(
+              "member Lease not renewed within the renew deadline; stopped its work",
+            ).pipe(annotate)
+          }
+          if (assignee !== identity && !st.releasing) {
+            st.releasing = true
+            endTerm(st, false)
+            onChange(st.name)
+            yield* Effect.logInfo(
+              "member assigned to another replica; stopping its work to hand it over",
+            ).pipe(annotate, Effect.annotateLogs({ assignee: assignee ?? "none" }))
+          }
+          if (st.releasing && st.working === 0) return yield* release(st, registered, onChange)
+          // An early round (a wake-up) does not renew what was renewed just now.
+          if (now - st.lastRenewStartMs < retryPeriodMs / 2) return
+          // Renew from our own copy; a stale copy (Conflict) is read again once.
+          const t = yield* writeTimes
+          const lease = st.lease!
+          const open = () => mayWriteNow(st)
+          const renewed = yield* Effect.result(
+            put({ ...lease, spec: { ...lease.spec, renewTime: t.wall } }, open),
+          )
+          if (renewed._tag === "Success") {
+            st.lease = renewed.success
+            st.lastRenewStartMs = t.mono
+            return
+          }
+          if (isConflict(renewed.failure) || isNotFound(renewed.failure)) {
+            const fresh = yield* get(st.leaseName).pipe(
+              Effect.catchIf(isNotFound, () => Effect.succeed(undefined)),
+            )
+            if (fresh?.spec?.holderIdentity === identity) {
+              const t2 = yield* writeTimes
+              st.lease = yield* put({ ...fresh, spec: { ...fresh.spec, renewTime: t2.wall } }, open)
+              st.lastRenewStartMs = t2.mono
+              return
+            }
+            st.held = false
+            st.lease = undefined
+            endTerm(st, true)
+            onChange(st.name)
+            return yield* Effect.logWarning("member Lease taken by another replica; stopped its work").pipe(
+              annotate,
+              Effect.annotateLogs({ holder: fresh?.spec?.holderIdentity ?? "(deleted)" }),
+            )
+          }
+          return yield* Effect.fail(renewed.failure)
+        }
+
+        if (assignee !== identity || firstAnnouncedMs === undefined) return
+        if (current && isHeldByOther(current.spec, identity, st.observation!, now, leaseDurationMs)) return
+        const t = yield* writeTimes
+        const spec = current?.spec ?? {}
+        const takeover = (spec.holderIdentity ?? "") !== identity
+        const written = current
+          ? yield* Effect.result(
+              put({
+                ...current,
+                spec: {
+                  ...spec,
+                  holderIdentity: identity,
+                  leaseDurationSeconds,
+                  acquireTime: t.wall,
+                  renewTime: t.wall,
+                  leaseTransitions: (spec.leaseTransitions ?? 0) + (takeover ? 1 : 0),
+                },
+              }),
+            )
+          : yield* Effect.result(post(leaseBody(st.leaseName, "member", t.wall)))
+        if (written._tag === "Failure") {
+          // Another replica won the race: it works the member.
+          if (isConflict(written.failure) || isAlreadyExists(written.failure)) return
+          return yield* Effect.fail(written.failure)
+        }
+        st.lease = written.success
+        st.held = true
+        st.releasing = false
+        st.lastRenewStartMs = t.mono
+        maybeStartable(st)
+        onChange(st.name)
+        yield* Effect.logInfo("acquired member Lease").pipe(
+          annotate,
+          Effect.annotateLogs({ previousHolder: spec.holderIdentity ?? "" }),
+        )
+      })
+
+    /** Hands the Lease over (empty holder, 1 s), or deletes it when the member is gone. */
+    const release = (st: MemberState, registered: boolean, onChange: (m: string) => void) =>
+      Effect.gen(function* () {
+        const lease = st.lease
+        // Still within the term's renew deadline, or not sent at all (the Lease then expires).
+        const renewedAt = st.lastRenewStartMs
+        const open = () => renewedAt !== undefined && nowMono() - renewedAt < renewDeadlineMs
+        st.held = false
+        st.releasing = false
+        st.lease = undefined
+        st.lastRenewStartMs = undefined
+        if (lease) {
+          if (registered) {
+            const wall = microTime(yield* Clock.currentTimeMillis)
+            yield* put(
+              {
+                ...lease,
+                spec: {
+                  ...lease.spec,
+                  holderIdentity: "",
+                  leaseDurationSeconds: 1,
+                  acquireTime: wall,
+                  renewTime: wall,
+                },
+              },
+              open,
+            )
+          } else {
+            yield* client.request({
+              method: "DELETE",
+              path: itemPath(st.leaseName),
+              body: { preconditions: { resourceVersion: lease.metadata.resourceVersion } },
+              fence: open,
+            })
+          }
+        }
+        onChange(st.name)
+        yield* Effect.logInfo(
+          registered ? "released member Lease" : "deleted the Lease of a member that is gone",
+        ).pipe(Effect.annotateLogs({ cluster: st.name, lease: st.leaseName }))
+      }).pipe(
+        Effect.catch((e) =>
+          Effect.logWarning("releasing a member Lease failed; it expires on its own").pipe(
+            Effect.annotateLogs({ cluster: st.name, lease: st.leaseName, error: e.message }),
+          ),
+        ),
+      )
+
+    const round = (hooks: ShardingHooks) =>
+      Effect.gen(function* () {
+        if (firstAnnouncedMs === undefined && !hooks.ready()) return
+        const now = yield* monoMs
+        if (lastAnnounceMs === undefined || now - lastAnnounceMs >= retryPeriodMs / 2) {
+          lastAnnounceMs = now
+          yield* announce
+        }
+        if (!synced) return
+        yield* refreshLive(yield* monoMs)
+        const registered = new Set(hooks.members())
+        for (const m of registered) stateOf(m)
+        const all = [...states.values()]
+        yield* Effect.forEach(
+          all,
+          (st) =>
+            memberRound(st, registered.has(st.name), hooks.onChange).pipe(
+              Effect.timeout(attemptTimeoutMs * 2),
+              Effect.catch((e) =>
+                Effect.logWarning("member Lease round failed; retrying").pipe(
+                  Effect.annotateLogs({
+                    cluster: st.name,
+                    lease: st.leaseName,
+                    error: "message" in e ? String(e.message) : String(e),
+                  }),
+                ),
+              ),
+            ),
+          { concurrency: roundConcurrency, discard: true },
+        )
+        // Forget members that are gone and no longer held (their fence with them).
+        for (const st of all)
+          if (!registered.has(st.name) && !st.held && st.working === 0) {
+            states.delete(st.name)
+            fences.delete(st.name)
+          }
+      })
+
+    const shutdown = Effect.gen(function* () {
+      const held = [...states.values()].filter((st) => st.held)
+      for (const st of held) if (!st.releasing) endTerm(st, false)
+      yield* Effect.forEach(held, (st) => release(st, true, () => {}), {
+        concurrency: roundConcurrency,
+        discard: true,
+      })
+      yield* client
+        .request({ method: "DELETE", path: itemPath(ownLeaseName), timeoutMs: attemptTimeoutMs })
+        .pipe(
+          Effect.tap(() => Effect.logInfo("deleted this replica's Lease")),
+          Effect.catch((e) =>
+            Effect.logWarning("deleting this replica's Lease failed; it expires on its own").pipe(
+              Effect.annotateLogs({ error: e.message }),
+            ),
+          ),
+        )
+    }).pipe(Effect.timeout(renewDeadlineMs), Effect.ignore)
+
+    const run = (hooks: ShardingHooks) =>
+      Effect.gen(function* () {
+        // Registered before the loop's fork, so it runs after the loop stopped.
+        yield* Effect.addFinalizer(() => shutdown)
+        yield* Effect.gen(function* () {
+          while (true) {
+            const started = yield* monoMs
+            wake = Deferred.makeUnsafe<void>()
+            yield* round(hooks)
+            const elapsed = (yield* monoMs) - started
+            // Every retryPeriod, and at once when a member Lease is released or a replica appears.
+            yield* Effect.raceFirst(Effect.sleep(Math.max(10, retryPeriodMs - elapsed)), Deferred.await(wake))
+            yield* Effect.sleep(10)
+          }
+        }).pipe(Effect.annotateLogs({ identity }), Effect.forkScoped)
+      })
+
+    return {
+      identity,
+      synced: () => synced,
+      liveReplicas: () => live,
+      fenceFor,
+      owns: (member) => {
+        const st = states.get(member)
+        return st?.held === true && !st.releasing
+      },
+      holderOf,
+      ownerless,
+      run,
+    }
+  })

@@ -1,0 +1,446 @@
+// Sharding (ADR 0011) proven with real `fleetcheck hub --sharding` processes and the API servers' own
+// audit logs. One hub API server and two member API servers, 32 namespace-scoped members (one namespace
+// each, fleetcheck.io/namespaces) registered by Secret; each replica is its own process with its own
+// user on the hub API server and, on the members, its own User-Agent `fleetcheck-hub/<identity>`.
+//
+//   3 replicas    every member's Lease held by one of them, each holding some; every check verified
+//   SIGKILL one   its members' Leases taken by the others once they expire; fresh checks there verify
+//   join a 4th    it takes about a quarter of the members; each handover's gap (release → acquire) is
+//                 shorter than the lease duration; fresh checks in the moved members verify
+//   SIGSTOP one   30 s: its members taken once its Leases expire; after SIGCONT it writes nothing for them
+//   views         every live replica answers /api/v1/fleet with the whole fleet, the same
+//
+// Then, over the whole run, from the audit logs alone: a member's Lease changes hands only by a write of
+// the replica acquiring it, and every write for a member (its namespace on its API server; its
+// MemberCluster, Lease, Secret and Events on the hub) comes from the replica whose Lease term it falls in,
+// no later than renewDeadline (+ latency) after that replica's last renewal. No run gets two Jobs.
+//
+// Lease timings 4 s / 3 s / 1 s. FLEETCHECK_KEEP_LOGS=1 keeps the hub logs and the audit logs.
+import { cpSync, mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import {
+  type HubProcess,
+  installFleetcheck,
+  type LocalCluster,
+  type LocalFleet,
+  startFleet,
+  startHubProcess,
+} from "../../clusters/local-fleet/index.ts"
+import {
+  defaultHubNamespace,
+  labelBackupCheck,
+  labelRun,
+  memberLeaseName,
+  namespacesAnnotation,
+  registrationLabel,
+  shardLeaseLabel,
+} from "../../src/api/names.ts"
+import { assigneeOf } from "../../src/hub/sharding/assignment.ts"
+import { backupChecks, leases, pathOf, secrets } from "../../src/kube/resources.ts"
+import { type AuditedRequest, formatRequests, toMicros, writesTo } from "../support/audit.ts"
+import { backupCheck } from "../support/backupcheck.ts"
+import { sleep, waitUntil } from "../support/wait.ts"
+
+const leaseDurationMs = 4_000
+const renewDeadlineMs = 3_000
+/** Request latency allowed between the fence's check and the API server receiving the request. */
+const latencyAllowanceMs = 1_000
+const hubArgs = [
+  "--sharding",
+  "true",
+  "--leader-elect-lease-duration",
+  "4s",
+  "--leader-elect-renew-deadline",
+  "3s",
+  "--leader-elect-retry-period",
+  "1s",
+  "--probe-interval",
+  "1s",
+  "--status-interval",
+  "1s",
+  "--running-poll",
+  "2s",
+  "--drain-grace",
+  "5s",
+]
+const memberCount = 32
+const names = Array.from({ length: memberCount }, (_, i) => `m-${String(i).padStart(2, "0")}`)
+const replicaNames = ["r1", "r2", "r3", "r4"]
+const leasePrefix = memberLeaseName("")
+
+interface Replica {
+  readonly name: string
+  readonly hub: HubProcess
+  /** Its user on the hub API server. */
+  readonly user: string
+  readonly userAgent: string
+}
+
+interface Holding {
+  readonly holder: string
+  readonly acquireTime: string | undefined
+}
+
+describe("sharding across hub replicas, from the API servers' audit logs", () => {
+  let fleet: LocalFleet
+  let hubCluster: LocalCluster
+  let memberServers: LocalCluster[]
+  const replicas = new Map<string, Replica>()
+  const serverOf = (m: string) => memberServers[names.indexOf(m) % memberServers.length]!
+  let oneShots = 0
+
+  const startReplica = async (name: string): Promise<Replica> => {
+    const user = hubCluster.users[name]!
+    const hub = await startHubProcess(fleet, { name, kubeconfigPath: user.kubeconfigPath, args: hubArgs })
+    const r = { name, hub, user: user.name, userAgent: `fleetcheck-hub/${hub.identity}` }
+    replicas.set(name, r)
+    return r
+  }
+  const byIdentity = (identity: string) => [...replicas.values()].find((r) => r.hub.identity === identity)
+
+  /** Every member Lease's holder ("" when released), by member. */
+  const holdings = async (): Promise<Map<string, Holding>> => {
+    const r = await hubCluster.api(
+      "GET",
+      `${pathOf(leases, { namespace: defaultHubNamespace })}?labelSelector=${encodeURIComponent(`${shardLeaseLabel}=member`)}`,
+    )
+    if (r.status !== 200) throw new Error(`listing Leases: ${r.status}`)
+    return new Map(
+      (r.body.items as any[]).map((l) => [
+        String(l.metadata.name).slice(leasePrefix.length),
+        { holder: l.spec?.holderIdentity ?? "", acquireTime: l.spec?.acquireTime },
+      ]),
+    )
+  }
+  const heldBy = (h: Map<string, Holding>, r: Replica) =>
+    names.filter((m) => h.get(m)?.holder === r.hub.identity)
+
+  /** Every member held by one of `live`, each of which holds some. */
+  const spreadOver = async (live: ReadonlyArray<Replica>) => {
+    const h = await holdings()
+    const ids = new Set(live.map((r) => r.hub.identity))
+    if (!names.every((m) => ids.has(h.get(m)?.holder ?? ""))) return undefined
+    return live.every((r) => heldBy(h, r).length > 0) ? h : undefined
+  }
+  /** Every member held by its rendezvous assignee among `live` (the assignment has settled). */
+  const assignedOver = async (live: ReadonlyArray<Replica>) => {
+    const h = await spreadOver(live)
+    const ids = live.map((r) => r.hub.identity)
+    return h && names.every((m) => h.get(m)?.holder === assigneeOf(m, ids)) ? h : undefined
+  }
+
+  const checkPath = (m: string, name?: string) => pathOf(backupChecks, { namespace: m, name })
+  const verified = (o: any) =>
+    (o?.status?.conditions ?? []).find((c: any) => c.type === "Verified")?.status as string | undefined
+
+  /** A one-shot check in each of `members`, created now; resolves once all are Verified=True. */
+  const freshChecksVerify = async (members: ReadonlyArray<string>, what: string) => {
+    const name = `once-${++oneShots}`
+    for (const m of members)
+      expect((await serverOf(m).api("POST", checkPath(m), backupCheck(name, m))).status).toBe(201)
+    const started = Date.now()
+    await waitUntil(`${what}: ${name} Verified in ${members.length} members`, 60_000, async () => {
+      for (const m of members) {
+        const r = await serverOf(m).api("GET", checkPath(m, name))
+        if (verified(r.body) !== "True") return false
+      }
+      return true
+    })
+    return Date.now() - started
+  }
+
+  /** The fleet as a replica's API shows it, reduced to what every replica must agree on. */
+  const fleetOf = async (r: Replica) => {
+    const res = await fetch(`${r.hub.url}/api/v1/fleet`)
+    if (res.status !== 200) return { status: res.status, text: await res.text() }
+    const v = (await res.json()) as any
+    return {
+      summary: v.summary,
+      clusters: (v.clusters as any[]).map((c) => ({
+        name: c.name,
+        conditions: (c.conditions as any[]).map((x) => `${x.type}=${x.status}/${x.reason}`),
+        counts: c.counts,
+      })),
+      checks: (v.checks as any[]).map((c) => `${c.cluster}/${c.namespace}/${c.name}=${c.status}/${c.reason}`),
+    }
+  }
+
+  // ---- audit evidence ----------------------------------------------------------------------------
+  const hubWrites = () => writesTo(hubCluster)
+  /** The member a hub write is for, if any: its MemberCluster, Lease, Secret or Events. */
+  const memberOfHubWrite = (w: AuditedRequest): string | undefined => {
+    const n = w.name ?? ""
+    if (w.resource === "memberclusters" || w.resource === "secrets") return names.includes(n) ? n : undefined
+    if (w.resource === "leases" && n.startsWith(leasePrefix)) return n.slice(leasePrefix.length)
+    if (w.resource === "events") return names.find((m) => n.startsWith(`${m}.`))
+    return undefined
+  }
+  const replicaOfWrite = (w: AuditedRequest) =>
+    [...replicas.values()].find((r) => w.user === r.user || w.userAgent === r.userAgent)
+
+  /** Each member's Lease terms from the hub's audit log: consecutive successful Lease writes by one replica. */
+  const leaseTerms = () => {
+    const terms = new Map<string, Array<{ replica: Replica; firstUs: number; lastUs: number }>>()
+    for (const w of hubWrites()) {
+      if (w.resource !== "leases" || !(w.code === 200 || w.code === 201)) continue
+      const m = memberOfHubWrite(w)
+      const r = replicaOfWrite(w)
+      if (!m || !r) continue
+      const list = terms.get(m) ?? []
+      const last = list.at(-1)
+      if (last && last.replica === r) last.lastUs = w.receivedUs
+      else list.push({ replica: r, firstUs: w.receivedUs, lastUs: w.receivedUs })
+      terms.set(m, list)
+    }
+    return terms
+  }
+
+  /** Every write for a member, on the hub and in its namespace on its API server, by replica. */
+  const writesFor = (m: string) => [
+    ...hubWrites().filter((w) => memberOfHubWrite(w) === m && replicaOfWrite(w)),
+    ...writesTo(serverOf(m)).filter((w) => w.namespace === m && replicaOfWrite(w)),
+  ]
+
+  /** Jobs by (namespace, check, run): more than one is a duplicate; so is a Job name created twice. */
+  const duplicateJobs = async () => {
+    const problems: string[] = []
+    for (const s of memberServers) {
+      const r = await s.api("GET", `/apis/batch/v1/jobs?labelSelector=${encodeURIComponent(labelRun)}`)
+      const runs = new Map<string, string[]>()
+      for (const j of r.body.items as any[]) {
+        const key = `${j.metadata.namespace}/${j.metadata.labels[labelBackupCheck]}/${j.metadata.labels[labelRun]}`
+        runs.set(key, [...(runs.get(key) ?? []), j.metadata.name])
+      }
+      for (const [run, jobs] of runs)
+        if (jobs.length > 1) problems.push(`${s.name} ${run}: ${jobs.join(", ")}`)
+      const created = new Map<string, number>()
+      for (const w of writesTo(s, { resource: "jobs", verb: "create" }))
+        if (w.code === 201 && !w.subresource)
+          created.set(`${w.namespace}/${w.name}`, (created.get(`${w.namespace}/${w.name}`) ?? 0) + 1)
+      for (const [job, n] of created) if (n > 1) problems.push(`${s.name} ${job} created ${n} times`)
+    }
+    return problems
+  }
+
+  beforeAll(async () => {
+    fleet = await startFleet({
+      clusters: [
+        { name: "hub", workloads: false, controllerManager: false, users: replicaNames },
+        "member-a",
+        "member-b",
+      ],
+      audit: true,
+    })
+    hubCluster = fleet.cluster("hub")
+    memberServers = [fleet.cluster("member-a"), fleet.cluster("member-b")]
+    await installFleetcheck(hubCluster, memberServers)
+    for (const m of names) {
+      const server = serverOf(m)
+      expect((await server.api("POST", "/api/v1/namespaces", { metadata: { name: m } })).status).toBe(201)
+      expect((await server.api("POST", checkPath(m), backupCheck("once-0", m))).status).toBe(201)
+      const res = await hubCluster.api("POST", pathOf(secrets, { namespace: defaultHubNamespace }), {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: {
+          name: m,
+          namespace: defaultHubNamespace,
+          labels: { [registrationLabel]: "true" },
+          annotations: { [namespacesAnnotation]: m },
+        },
+        data: { kubeconfig: Buffer.from(server.kubeconfig).toString("base64") },
+      })
+      expect(res.status).toBe(201)
+    }
+  })
+
+  afterAll(async () => {
+    for (const r of replicas.values()) if (!r.hub.process.hasExited()) r.hub.process.signal("SIGKILL")
+    if (fleet && process.env.FLEETCHECK_KEEP_LOGS === "1") {
+      const keep = mkdtempSync(join(tmpdir(), "fleetcheck-sharding-"))
+      cpSync(join(fleet.runDir, "logs"), join(keep, "logs"), { recursive: true })
+      for (const c of fleet.clusters)
+        if (c.auditLogPath) cpSync(c.auditLogPath, join(keep, `${c.name}-audit.log`))
+      writeFileSync(
+        join(keep, "replicas.json"),
+        JSON.stringify([...replicas.values()].map((r) => [r.name, r.hub.identity])),
+      )
+      console.log(`logs kept in ${keep}`)
+    }
+    await fleet?.stop()
+  })
+
+  it("three replicas split the members, one Lease holder each, and every check verifies", async () => {
+    const started = Date.now()
+    const three = await Promise.all(["r1", "r2", "r3"].map(startReplica))
+    const h = await waitUntil("every member held by its assignee among 3 replicas", 60_000, () =>
+      assignedOver(three),
+    )
+    console.log(
+      `3 replicas: every member held ${Date.now() - started} ms after start: ${three.map((r) => `${r.name} ${heldBy(h, r).length}`).join(", ")}`,
+    )
+    await waitUntil("every first check Verified", 90_000, async () => {
+      for (const m of names)
+        if (verified((await serverOf(m).api("GET", checkPath(m, "once-0"))).body) !== "True") return false
+      return true
+    })
+  }, 200_000)
+
+  it("SIGKILL a replica: its members move to the others once their Leases expire, and verify there", async () => {
+    const [r1, r2, r3] = ["r1", "r2", "r3"].map((n) => replicas.get(n)!) as [Replica, Replica, Replica]
+    const before = await holdings()
+    const lost = heldBy(before, r1)
+    expect(lost.length).toBeGreaterThan(0)
+    r1.hub.process.signal("SIGKILL")
+    const killedAt = Date.now()
+    await r1.hub.process.exited
+    const after = await waitUntil("r1's members held by r2 or r3", 30_000, () => spreadOver([r2, r3]), 100)
+    const movedMs = Date.now() - killedAt
+    const acquired = lost
+      .map((m) => toMicros(after.get(m)!.acquireTime!) / 1000 - killedAt)
+      .sort((a, b) => a - b)
+    console.log(
+      `SIGKILL: ${lost.length} members moved; acquired ${Math.round(acquired[0]!)}–${Math.round(acquired.at(-1)!)} ms after the kill (all seen held ${movedMs} ms after), lease ${leaseDurationMs} ms`,
+    )
+    // Not before the Lease could expire, and within a lease duration plus a round or two.
+    expect(acquired[0]!).toBeGreaterThan(0)
+    expect(acquired.at(-1)!).toBeLessThan(leaseDurationMs + 4_000)
+    // Only r1's members moved: everyone else's holder stayed, and the result is the assignment over two.
+    const settled = await waitUntil("every member held by its assignee among r2, r3", 30_000, () =>
+      assignedOver([r2, r3]),
+    )
+    for (const m of names.filter((x) => !lost.includes(x)))
+      expect(settled.get(m)?.holder, `${m} moved though r1 did not hold it`).toBe(before.get(m)?.holder)
+    const tookMs = await freshChecksVerify(lost, "after SIGKILL")
+    console.log(`SIGKILL: fresh checks in the moved members verified ${tookMs} ms after creation`)
+  }, 120_000)
+
+  it("a replica joins: it takes a share, each handover within the lease duration, and they verify there", async () => {
+    const [r2, r3] = ["r2", "r3"].map((n) => replicas.get(n)!) as [Replica, Replica]
+    const before = await holdings()
+    const joinedAt = Date.now()
+    const r4 = await startReplica("r4")
+    const settled = await waitUntil("every member held by its assignee among r2, r3, r4", 60_000, () =>
+      assignedOver([r2, r3, r4]),
+    )
+    const moved = names.filter((m) => before.get(m)?.holder !== settled.get(m)?.holder)
+    console.log(
+      `join: r4 holds ${heldBy(settled, r4).length} of ${memberCount} ${Date.now() - joinedAt} ms after it started; ${moved.length} members moved`,
+    )
+    for (const m of moved) expect(settled.get(m)?.holder).toBe(r4.hub.identity)
+    // The gap of each handover: the old holder's release write → r4's acquiring write, on the hub.
+    const terms = leaseTerms()
+    const gaps = moved.map((m) => {
+      const t = terms.get(m) ?? []
+      const i = t.findIndex((x) => x.replica === r4)
+      expect(i, `${m}: r4's term in the audit log`).toBeGreaterThan(0)
+      return { m, from: t[i - 1]!.replica.name, ms: (t[i]!.firstUs - t[i - 1]!.lastUs) / 1000 }
+    })
+    gaps.sort((a, b) => a.ms - b.ms)
+    const shown = gaps.map((g) => `${g.m} from ${g.from} ${Math.round(g.ms)} ms`).join(", ")
+    console.log(`join: handover gaps (old holder's last Lease write → r4's acquiring write): ${shown}`)
+    for (const g of gaps) expect(g.ms, shown).toBeLessThan(leaseDurationMs)
+    const tookMs = await freshChecksVerify(moved, "after the join")
+    console.log(`join: fresh checks in the moved members verified ${tookMs} ms after creation`)
+  }, 120_000)
+
+  it("SIGSTOP a replica 30 s: its members move once its Leases expire; after SIGCONT it writes nothing for them", async () => {
+    const [r2, r3, r4] = ["r2", "r3", "r4"].map((n) => replicas.get(n)!) as [Replica, Replica, Replica]
+    const before = await holdings()
+    const frozen = heldBy(before, r2)
+    expect(frozen.length).toBeGreaterThan(0)
+    r2.hub.process.freeze()
+    const frozenAt = Date.now()
+    let taken: Map<string, Holding>
+    try {
+      taken = await waitUntil("r2's members held by r3 or r4", 30_000, async () => {
+        const h = await holdings()
+        return frozen.every((m) => [r3, r4].some((r) => h.get(m)?.holder === r.hub.identity)) ? h : undefined
+      })
+      console.log(
+        `SIGSTOP: ${frozen.length} members of r2 held by others ${Date.now() - frozenAt} ms after the freeze`,
+      )
+      await sleep(Math.max(0, frozenAt + 30_000 - Date.now()))
+    } finally {
+      r2.hub.process.thaw()
+    }
+    // The thawed replica runs again, sees its Leases gone, and joins again (it may win members back).
+    await waitUntil("r2 to log its lost member Leases", 20_000, () =>
+      r2.hub.logLines().some((l) => l.message.startsWith("member Lease not renewed")),
+    )
+    await sleep(5_000)
+    for (const m of frozen) {
+      const terms = leaseTerms().get(m) ?? []
+      const i = terms.findIndex((t) => t.replica !== r2 && t.firstUs >= frozenAt * 1000)
+      expect(i, `${m}: a new holder's term after the freeze`).toBeGreaterThan(0)
+      const old = terms[i - 1]!
+      expect(old.replica).toBe(r2)
+      // Taken by expiry: a whole lease duration after r2's last renewal reached the API server.
+      expect(terms[i]!.firstUs - old.lastUs).toBeGreaterThanOrEqual(leaseDurationMs * 1000)
+      const back = terms.slice(i).find((t) => t.replica === r2)?.firstUs ?? Number.POSITIVE_INFINITY
+      const late = writesFor(m).filter(
+        (w) =>
+          replicaOfWrite(w) === r2 &&
+          w.receivedUs > old.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000 &&
+          w.receivedUs < back,
+      )
+      expect(formatRequests(late, 20), `${m}: r2 wrote after its Lease term ended`).toBe("")
+    }
+    expect(taken!.size).toBe(memberCount)
+    const tookMs = await freshChecksVerify(frozen, "after SIGSTOP")
+    console.log(`SIGSTOP: fresh checks in r2's former members verified ${tookMs} ms after creation`)
+  }, 150_000)
+
+  it("every live replica answers for the whole fleet, the same", async () => {
+    const live = ["r2", "r3", "r4"].map((n) => replicas.get(n)!)
+    const views = await waitUntil("every replica's fleet view equal", 30_000, async () => {
+      const vs = await Promise.all(live.map(fleetOf))
+      const first = JSON.stringify(vs[0])
+      return vs.every((v) => JSON.stringify(v) === first) ? vs : undefined
+    }).catch(async (e) => {
+      const vs = await Promise.all(live.map(fleetOf))
+      throw new Error(
+        `${String(e)}\n${vs.map((v, i) => `${live[i]!.name}: ${JSON.stringify(v).slice(0, 1500)}`).join("\n")}`,
+      )
+    })
+    const v = views[0] as Awaited<ReturnType<typeof fleetOf>> & { clusters: unknown[] }
+    expect(v.clusters).toHaveLength(memberCount)
+    for (const r of live) expect((await fetch(`${r.hub.url}/readyz`)).status).toBe(200)
+    console.log(`views: ${live.length} replicas agree: ${JSON.stringify((v as any).summary)}`)
+  }, 60_000)
+
+  it("over the whole run: each member's writes came from its Lease holder of the moment; no duplicate Job", async () => {
+    const terms = leaseTerms()
+    const problems: string[] = []
+    let counted = 0
+    for (const m of names) {
+      const t = terms.get(m) ?? []
+      expect(t.length, `${m}: Lease terms`).toBeGreaterThan(0)
+      for (const w of writesFor(m)) {
+        counted++
+        const r = replicaOfWrite(w)!
+        // The term this write falls in: the last one started at or before it.
+        const term = t.filter((x) => x.firstUs <= w.receivedUs).at(-1)
+        if (!term || term.replica !== r)
+          problems.push(
+            `${m}: ${r.name} wrote outside its term (holder then: ${term?.replica.name ?? "none"}): ${formatRequests([w])}`,
+          )
+        else if (w.receivedUs > term.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000)
+          problems.push(
+            `${m}: ${r.name} wrote ${Math.round((w.receivedUs - term.lastUs) / 1000)} ms after its last renewal: ${formatRequests([w])}`,
+          )
+      }
+    }
+    const holders = new Set([...terms.values()].flatMap((t) => t.map((x) => x.replica.name)))
+    console.log(
+      `audit: ${counted} writes for ${memberCount} members checked against ${[...terms.values()].reduce((n, t) => n + t.length, 0)} Lease terms of ${[...holders].sort().join(", ")}`,
+    )
+    expect(problems.slice(0, 30).join("\n")).toBe("")
+    expect((await duplicateJobs()).join("\n"), "duplicate restore Jobs").toBe("")
+    // The replicas are told apart in every log: each one's writes are there.
+    for (const r of replicas.values())
+      expect(writesTo(hubCluster, { user: r.user }).length).toBeGreaterThan(0)
+    for (const [, r] of replicas) expect(byIdentity(r.hub.identity)).toBe(r)
+  })
+})
