@@ -168,7 +168,18 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   }
 
   // ---- audit evidence ----------------------------------------------------------------------------
-  const hubWrites = () => writesTo(hubCluster)
+  /**
+   * The audit logs read once: every write received up to 2 s before now, so each one's completion (its
+   * response code) is in the log too, and the Lease terms and the writes judged by them agree.
+   */
+  const auditSnapshot = () => {
+    const until = Date.now() - 2_000
+    return {
+      hub: writesTo(hubCluster, { until }),
+      members: new Map(memberServers.map((c) => [c, writesTo(c, { until })])),
+    }
+  }
+  type Snapshot = ReturnType<typeof auditSnapshot>
   /** The member a hub write is for, if any: its MemberCluster, Lease, Secret or Events. */
   const memberOfHubWrite = (w: AuditedRequest): string | undefined => {
     const n = w.name ?? ""
@@ -181,9 +192,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     [...replicas.values()].find((r) => w.user === r.user || w.userAgent === r.userAgent)
 
   /** Each member's Lease terms from the hub's audit log: consecutive successful Lease writes by one replica. */
-  const leaseTerms = () => {
+  const leaseTerms = (audit: Snapshot) => {
     const terms = new Map<string, Array<{ replica: Replica; firstUs: number; lastUs: number }>>()
-    for (const w of hubWrites()) {
+    for (const w of audit.hub) {
       if (w.resource !== "leases" || !(w.code === 200 || w.code === 201)) continue
       const m = memberOfHubWrite(w)
       const r = replicaOfWrite(w)
@@ -198,9 +209,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   }
 
   /** Every write for a member, on the hub and in its namespace on its API server, by replica. */
-  const writesFor = (m: string) => [
-    ...hubWrites().filter((w) => memberOfHubWrite(w) === m && replicaOfWrite(w)),
-    ...writesTo(serverOf(m)).filter((w) => w.namespace === m && replicaOfWrite(w)),
+  const writesFor = (audit: Snapshot, m: string) => [
+    ...audit.hub.filter((w) => memberOfHubWrite(w) === m && replicaOfWrite(w)),
+    ...(audit.members.get(serverOf(m)) ?? []).filter((w) => w.namespace === m && replicaOfWrite(w)),
   ]
 
   /** Jobs by (namespace, check, run): more than one is a duplicate; so is a Job name created twice. */
@@ -330,7 +341,8 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     )
     for (const m of moved) expect(settled.get(m)?.holder).toBe(r4.hub.identity)
     // The gap of each handover: the old holder's release write → r4's acquiring write, on the hub.
-    const terms = leaseTerms()
+    await sleep(2_000)
+    const terms = leaseTerms(auditSnapshot())
     const gaps = moved.map((m) => {
       const t = terms.get(m) ?? []
       const i = t.findIndex((x) => x.replica === r4)
@@ -370,8 +382,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
       r2.hub.logLines().some((l) => l.message.startsWith("member Lease not renewed")),
     )
     await sleep(5_000)
+    const audit = auditSnapshot()
     for (const m of frozen) {
-      const terms = leaseTerms().get(m) ?? []
+      const terms = leaseTerms(audit).get(m) ?? []
       const i = terms.findIndex((t) => t.replica !== r2 && t.firstUs >= frozenAt * 1000)
       expect(i, `${m}: a new holder's term after the freeze`).toBeGreaterThan(0)
       const old = terms[i - 1]!
@@ -379,7 +392,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
       // Taken by expiry: a whole lease duration after r2's last renewal reached the API server.
       expect(terms[i]!.firstUs - old.lastUs).toBeGreaterThanOrEqual(leaseDurationMs * 1000)
       const back = terms.slice(i).find((t) => t.replica === r2)?.firstUs ?? Number.POSITIVE_INFINITY
-      const late = writesFor(m).filter(
+      const late = writesFor(audit, m).filter(
         (w) =>
           replicaOfWrite(w) === r2 &&
           w.receivedUs > old.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000 &&
@@ -411,13 +424,14 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   }, 60_000)
 
   it("over the whole run: each member's writes came from its Lease holder of the moment; no duplicate Job", async () => {
-    const terms = leaseTerms()
+    const audit = auditSnapshot()
+    const terms = leaseTerms(audit)
     const problems: string[] = []
     let counted = 0
     for (const m of names) {
       const t = terms.get(m) ?? []
       expect(t.length, `${m}: Lease terms`).toBeGreaterThan(0)
-      for (const w of writesFor(m)) {
+      for (const w of writesFor(audit, m)) {
         counted++
         const r = replicaOfWrite(w)!
         // The term this write falls in: the last one started at or before it.
