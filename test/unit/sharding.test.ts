@@ -1,6 +1,8 @@
+import { Effect, Fiber } from "effect"
 import { describe, expect, it } from "vitest"
 import { memberLeaseName, replicaLeaseName } from "../../src/api/names.ts"
 import { assignAll, assigneeOf } from "../../src/hub/sharding/assignment.ts"
+import { unshardedFence } from "../../src/hub/sharding/shards.ts"
 
 const members = Array.from({ length: 600 }, (_, i) => `member-${String(i).padStart(4, "0")}`)
 const replicas = ["hub-a_1f2e3d4c", "hub-b_5a6b7c8d", "hub-c_9e0f1a2b"]
@@ -67,5 +69,40 @@ describe("sharding Lease names (SPEC §11)", () => {
       expect(memberLeaseName(n)).toMatch(dns1123Subdomain)
     }
     expect(memberLeaseName(long)).not.toBe(memberLeaseName(other))
+  })
+})
+
+describe("the member fence without sharding", () => {
+  it("runs one term whose scope stays open: what the work forks keeps running until interrupted", async () => {
+    let ticks = 0
+    const fence = unshardedFence({ mayWrite: Effect.succeed(true), lostLease: Effect.never })
+    const terms: number[] = []
+    const work = (term: number) =>
+      Effect.sync(() => terms.push(term)).pipe(
+        Effect.andThen(
+          Effect.forkScoped(
+            Effect.forever(
+              Effect.andThen(
+                Effect.sleep(1),
+                Effect.sync(() => {
+                  ticks++
+                }),
+              ),
+            ),
+          ),
+        ),
+        Effect.asVoid,
+      )
+    const fiber = Effect.runFork(fence.whileOwned(work))
+    await new Promise((r) => setTimeout(r, 30))
+    const seen = ticks
+    await new Promise((r) => setTimeout(r, 30))
+    expect(seen).toBeGreaterThan(0)
+    expect(ticks).toBeGreaterThan(seen)
+    expect(terms).toEqual([1])
+    await Effect.runPromise(Fiber.interrupt(fiber))
+    const stopped = ticks
+    await new Promise((r) => setTimeout(r, 30))
+    expect(ticks).toBe(stopped)
   })
 })

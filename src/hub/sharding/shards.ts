@@ -83,7 +83,8 @@ export const unshardedFence = (leader: {
   mayWriteNow: () => Effect.runSync(leader.mayWrite),
   lostLease: leader.lostLease,
   owned: () => true,
-  whileOwned: (work) => Effect.andThen(Effect.scoped(work(1)), Effect.never),
+  // The term's scope stays open for good: the workers it forks live as long as the engine.
+  whileOwned: (work) => Effect.scoped(Effect.andThen(work(1), Effect.never)),
   markRecorded: () => {},
 })
 
