@@ -143,13 +143,28 @@ interface MemberState {
   term: number
   /** Terms whose work is running now. */
   working: number
-  /** Completes when a term may start (held and recorded); replaced at each term's end. */
-  startable: Deferred.Deferred<void>
-  /** Completes when the current term ends; replaced at each term's end. */
-  ended: Deferred.Deferred<void>
-  /** Completes when the Lease is lost; replaced at each term's end. */
-  lost: Deferred.Deferred<void>
+  /** The current (or next) term's signals, replaced as one when a term ends. */
+  signals: TermSignals
 }
+
+/**
+ * One term's signals, taken together: work that saw `startable` complete reads `ended` from the same
+ * object, so a term that ended meanwhile ends its work at once instead of running into the next term.
+ */
+interface TermSignals {
+  /** Completes when the term may start: the Lease held and the member recorded. */
+  readonly startable: Deferred.Deferred<void>
+  /** Completes when the term ends (lost or handed over). */
+  readonly ended: Deferred.Deferred<void>
+  /** Completes when the term ends because the Lease was lost. */
+  readonly lost: Deferred.Deferred<void>
+}
+
+const newSignals = (): TermSignals => ({
+  startable: Deferred.makeUnsafe<void>(),
+  ended: Deferred.makeUnsafe<void>(),
+  lost: Deferred.makeUnsafe<void>(),
+})
 
 // One monotonic clock for the rounds and for the fence, which is asked synchronously as bytes go out.
 const nowMono = () => performance.now()
@@ -203,9 +218,7 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
           recorded: false,
           term: 0,
           working: 0,
-          startable: Deferred.makeUnsafe<void>(),
-          ended: Deferred.makeUnsafe<void>(),
-          lost: Deferred.makeUnsafe<void>(),
+          signals: newSignals(),
         }
         states.set(member, st)
       }
@@ -217,18 +230,16 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
 
     /** Starts a term once both the Lease is held and the registration has recorded the member. */
     const maybeStartable = (st: MemberState) => {
-      if (st.held && st.recorded && !st.releasing) Deferred.doneUnsafe(st.startable, Effect.void)
+      if (st.held && st.recorded && !st.releasing) Deferred.doneUnsafe(st.signals.startable, Effect.void)
     }
 
     /** Ends the current term: fresh signals for the next one are in place before the old ones fire. */
     const endTerm = (st: MemberState, lost: boolean) => {
-      const { ended, lost: lostSignal } = st
-      st.startable = Deferred.makeUnsafe<void>()
-      st.ended = Deferred.makeUnsafe<void>()
-      st.lost = Deferred.makeUnsafe<void>()
+      const ending = st.signals
+      st.signals = newSignals()
       st.recorded = false
-      if (lost) Deferred.doneUnsafe(lostSignal, Effect.void)
-      Deferred.doneUnsafe(ended, Effect.void)
+      if (lost) Deferred.doneUnsafe(ending.lost, Effect.void)
+      Deferred.doneUnsafe(ending.ended, Effect.void)
     }
 
     const fences = new Map<string, MemberFence>()
@@ -239,7 +250,7 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
       const fence: MemberFence = {
         mayWrite: Effect.sync(() => mayWriteNow(st)),
         mayWriteNow: () => mayWriteNow(st),
-        lostLease: Effect.suspend(() => Deferred.await(st.lost)),
+        lostLease: Effect.suspend(() => Deferred.await(st.signals.lost)),
         owned: () => st.held && !st.releasing,
         markRecorded: () => {
           st.recorded = true
@@ -248,8 +259,9 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
         whileOwned: (work) =>
           Effect.gen(function* () {
             while (true) {
-              yield* Effect.suspend(() => Deferred.await(st.startable))
-              const ended = st.ended
+              const signals = st.signals
+              yield* Deferred.await(signals.startable)
+              const ended = signals.ended
               st.term++
               st.working++
               yield* Effect.scoped(
