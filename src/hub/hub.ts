@@ -80,6 +80,9 @@ export const runHub = Effect.fnUntraced(function* (
   let registrationSynced = false
   let leaderName: () => string | undefined = () => identity
   let sharding: Sharding | undefined
+  // Whether this hub's view is the fleet's (`leader` in the fleet API; `fleetcheck status` exits 3 when
+  // not): the leader's, or with sharding every replica's once it answers (ADR 0011).
+  const speaksForFleet = () => (sharding ? availability().answers : leading)
   const availability = (): Availability =>
     sharding
       ? // Every replica answers for the whole fleet once it has listed the registrations and the Leases
@@ -135,7 +138,7 @@ export const runHub = Effect.fnUntraced(function* (
           members,
           fleetChecks,
           metrics,
-          isLeader: () => leading,
+          isLeader: speaksForFleet,
           availability,
           identity,
           config,
@@ -309,7 +312,7 @@ export const runHub = Effect.fnUntraced(function* (
     leaderName = () => elector.observedHolder()
     yield* Effect.forkScoped(elector.run(leaderWork))
   }
-  return { identity, members, fleetChecks, isLeader: () => leading, port, dashboardPort }
+  return { identity, members, fleetChecks, isLeader: speaksForFleet, port, dashboardPort }
 })
 
 /**

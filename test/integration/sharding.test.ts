@@ -10,9 +10,9 @@
 //   SIGSTOP one   30 s: its members taken once its Leases expire; after SIGCONT it writes nothing for them
 //   views         every live replica answers /api/v1/fleet with the whole fleet, the same
 //
-// Then, over the whole run, from the audit logs alone (a Lease create or update answered 409, a lost race, changes
-// nothing and is counted apart): a member's Lease changes hands only by a write of
-// the replica acquiring it, and every write for a member (its namespace on its API server; its
+// Then, over the whole run, from the audit logs alone (a Lease create or update answered 409, a lost
+// race, changes nothing and is counted apart): a member's Lease changes hands only by a write of the
+// replica acquiring it, and every write for a member (its namespace on its API server; its
 // MemberCluster, Lease, Secret and Events on the hub) comes from the replica whose Lease term it falls in,
 // no later than renewDeadline (+ latency) after that replica's last renewal. No run gets two Jobs.
 //
@@ -158,6 +158,8 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     if (res.status !== 200) return { status: res.status, text: await res.text() }
     const v = (await res.json()) as any
     return {
+      // true: `fleetcheck status` takes this replica's view as the fleet's (it exits 3 otherwise)
+      leader: v.leader,
       summary: v.summary,
       clusters: (v.clusters as any[]).map((c) => ({
         name: c.name,
@@ -422,6 +424,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     })
     const v = views[0] as Awaited<ReturnType<typeof fleetOf>> & { clusters: unknown[] }
     expect(v.clusters).toHaveLength(memberCount)
+    expect((v as any).leader).toBe(true)
     for (const r of live) expect((await fetch(`${r.hub.url}/readyz`)).status).toBe(200)
     console.log(`views: ${live.length} replicas agree: ${JSON.stringify((v as any).summary)}`)
   }, 60_000)
