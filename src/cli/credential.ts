@@ -4,13 +4,12 @@
 // (in-cluster, or KUBECONFIG / --kubeconfig) and prints an ExecCredential. Errors go to stderr, which the
 // hub never shows; the exit code says it failed.
 import { parseArgs } from "node:util"
-import { KubeConfig } from "@kubernetes/client-node"
 import { Effect } from "effect"
 import { defaultHubNamespace } from "../api/names.ts"
 import { execCredential, parseExecInfo, tokenFor } from "../clusterprofile/secret-reader.ts"
 import { makeKubeClient } from "../kube/client.ts"
 import { pathOf, secrets } from "../kube/resources.ts"
-import { CommandError, runCommand } from "./register/cluster.ts"
+import { CommandError, loadKubeConfigFile, runCommand } from "./register/cluster.ts"
 import { credentialUsage } from "./usage.ts"
 
 const fail = (message: string) => Effect.fail(new CommandError({ message }))
@@ -20,18 +19,7 @@ const secretReader = (namespace: string, kubeconfig: string | undefined) =>
     const info = parseExecInfo(process.env.KUBERNETES_EXEC_INFO)
     if (!info.ok) return yield* fail(info.message)
     const { server, config } = info.value.spec.cluster
-    const kubeConfig = yield* Effect.try({
-      try: () => {
-        const kc = new KubeConfig()
-        if (kubeconfig) kc.loadFromFile(kubeconfig)
-        else kc.loadFromDefault()
-        return kc
-      },
-      catch: (e) =>
-        new CommandError({
-          message: `cannot load the hub's kubeconfig: ${e instanceof Error ? e.message : String(e)}`,
-        }),
-    })
+    const kubeConfig = yield* loadKubeConfigFile(kubeconfig)
     const hub = yield* makeKubeClient({ cluster: "hub", kubeConfig })
     // LIST by name: the hub's Role has list, watch and patch on Secrets in its namespace, not get.
     const list = yield* hub.request<{ items?: ReadonlyArray<unknown> }>({

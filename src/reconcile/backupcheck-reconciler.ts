@@ -505,38 +505,31 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         return { ...status, observedGeneration: generation, conditions }
       }
 
+      /** Verified=False/InvalidSpec with `message`, then a terminal error: no retry until the spec changes. */
+      const refuseSpec = (message: string) =>
+        Effect.gen(function* () {
+          yield* writeStatus(
+            check,
+            withVerified(check.status ?? {}, {
+              status: "False",
+              reason: conditionReasons.InvalidSpec,
+              message,
+            }),
+          )
+          return yield* new TerminalError({ message })
+        })
       const parsed = derivedCheck(check)
-      if (!parsed.success) {
-        const message = boundMessage(`invalid spec: ${parsed.error}`)
-        yield* writeStatus(
-          check,
-          withVerified(check.status ?? {}, {
-            status: "False",
-            reason: conditionReasons.InvalidSpec,
-            message,
-          }),
-        )
-        return yield* new TerminalError({ message })
-      }
+      if (!parsed.success) return yield* refuseSpec(boundMessage(`invalid spec: ${parsed.error}`))
       const spec = parsed.spec
       const timeoutMs = parseDuration(spec.timeout)
       if (typeof timeoutMs !== "number") {
         // Unreachable after parseBackupCheck; the type says a duration may fail to parse, so say so.
         return yield* new TerminalError({ message: `invalid spec: spec.timeout: ${timeoutMs.error}` })
       }
-      if (spec.sandbox !== undefined && options.namespaces === undefined) {
-        const message =
-          "invalid spec: spec.sandbox needs a member registered cluster-wide: a member scoped to namespaces (fleetcheck.io/namespaces) cannot create a namespace per run"
-        yield* writeStatus(
-          check,
-          withVerified(check.status ?? {}, {
-            status: "False",
-            reason: conditionReasons.InvalidSpec,
-            message,
-          }),
+      if (spec.sandbox !== undefined && options.namespaces === undefined)
+        return yield* refuseSpec(
+          "invalid spec: spec.sandbox needs a member registered cluster-wide: a member scoped to namespaces (fleetcheck.io/namespaces) cannot create a namespace per run",
         )
-        return yield* new TerminalError({ message })
-      }
       const timeoutSeconds = Math.max(1, Math.ceil(timeoutMs / 1000))
       const runTimeoutMs: number = timeoutMs
       // The cached status is the record and the base of every write; an invalid one (dropped by the

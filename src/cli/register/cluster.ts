@@ -29,7 +29,8 @@ export const q = (s: string) => JSON.stringify(s)
 export const out = (line: string) => Effect.sync(() => void process.stdout.write(`${line}\n`))
 export const warn = (line: string) => Effect.sync(() => void process.stderr.write(`warning: ${line}\n`))
 
-const loadKubeConfigFile = (file: string | undefined) =>
+/** `file`, else the default loading rules (KUBECONFIG, ~/.kube/config, in-cluster). */
+export const loadKubeConfigFile = (file: string | undefined) =>
   Effect.try({
     try: () => {
       const kc = new KubeConfig()
