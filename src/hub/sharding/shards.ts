@@ -240,6 +240,9 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
       st.recorded = false
       if (lost) Deferred.doneUnsafe(ending.lost, Effect.void)
       Deferred.doneUnsafe(ending.ended, Effect.void)
+      // A term that ended before its work started (no record yet): the work waiting for it moves on to
+      // the next term's signals instead of waiting on these for good.
+      Deferred.doneUnsafe(ending.startable, Effect.void)
     }
 
     const fences = new Map<string, MemberFence>()
@@ -261,6 +264,8 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
             while (true) {
               const signals = st.signals
               yield* Deferred.await(signals.startable)
+              // Ended before it could start: wait for the next term.
+              if (Deferred.isDoneUnsafe(signals.ended)) continue
               const ended = signals.ended
               st.term++
               st.working++
