@@ -156,10 +156,21 @@ const installCrd = async (cluster: LocalCluster, what: string, plural: string) =
     what,
     cluster.kubectl(["apply", "--server-side", "-f", join(crdDir, `${apiGroup}_${plural}.yaml`)]),
   )
-  await must(
-    what,
-    cluster.kubectl(["wait", "--for=condition=Established", `crd/${plural}.${apiGroup}`, "--timeout=30s"]),
-  )
+  await establishedWithin(cluster, what, `crd/${plural}.${apiGroup}`)
+}
+
+/**
+ * `kubectl wait --for=condition=Established`, again while it fails within 30 s: on a loaded machine it
+ * can read the CRD before the API server gave it any condition, and then fails at once.
+ */
+const establishedWithin = async (cluster: LocalCluster, what: string, crd: string) => {
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    const r = await cluster.kubectl(["wait", "--for=condition=Established", crd, "--timeout=30s"])
+    if (r.code === 0) return
+    if (Date.now() >= deadline) throw new Error(`${what}: ${r.stderr.trim()}`)
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
 }
 
 /**
@@ -227,15 +238,7 @@ export const prepareFleet = async (
         join(crdDir, "multicluster.x-k8s.io_clusterprofiles.yaml"),
       ]),
     )
-    await must(
-      "ClusterProfile CRD",
-      hub.kubectl([
-        "wait",
-        "--for=condition=Established",
-        "crd/clusterprofiles.multicluster.x-k8s.io",
-        "--timeout=30s",
-      ]),
-    )
+    await establishedWithin(hub, "ClusterProfile CRD", "crd/clusterprofiles.multicluster.x-k8s.io")
     providerFile = writeProviderFile(fleet)
   }
   for (const [i, m] of members.entries()) {
