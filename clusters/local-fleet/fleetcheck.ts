@@ -124,6 +124,26 @@ const writeProviderFile = (fleet: LocalFleet): string => {
   return file
 }
 
+/**
+ * The exec config of clusters/local-fleet/token-plugin.sh: each run mints a TokenRequest token for
+ * `serviceAccount` in `namespace` of `member` (a provider file's or a kubeconfig's exec entry).
+ */
+export const tokenPluginExecConfig = (
+  fleet: LocalFleet,
+  member: LocalCluster,
+  namespace: string,
+  serviceAccount: string,
+) => ({
+  apiVersion: "client.authentication.k8s.io/v1",
+  command: join(root, "clusters/local-fleet/token-plugin.sh"),
+  env: [
+    { name: "FLEETCHECK_PLUGIN_KUBECTL", value: `${fleet.binDir}/kubectl` },
+    { name: "FLEETCHECK_PLUGIN_KUBECONFIG", value: member.kubeconfigPath },
+    { name: "FLEETCHECK_PLUGIN_NAMESPACE", value: namespace },
+    { name: "FLEETCHECK_PLUGIN_SERVICEACCOUNT", value: serviceAccount },
+  ],
+})
+
 /** The sample BackupChecks (or, in hub/, FleetBackupChecks), in file name order. */
 const samples = (dir = samplesDir) =>
   readdirSync(dir)

@@ -17,6 +17,7 @@ export {
   type PrepareFleetOptions,
   prepareFleet,
   registerWithSecret,
+  tokenPluginExecConfig,
 } from "./fleetcheck.ts"
 export { type HubLogLine, type HubProcess, type HubProcessOptions, startHubProcess } from "./hub-process.ts"
 export type { ManagedProcess } from "./processes.ts"

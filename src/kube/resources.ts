@@ -9,7 +9,7 @@ import {
 } from "../api/names.ts"
 import { type ResourceRef, resourcePath } from "./client.ts"
 
-type Kind = Pick<ResourceRef, "group" | "version" | "plural">
+export type Kind = Pick<ResourceRef, "group" | "version" | "plural">
 
 export const backupChecks: Kind = { group: apiGroup, version: apiVersionName, plural: backupCheckPlural }
 export const memberClusters: Kind = { group: apiGroup, version: apiVersionName, plural: memberClusterPlural }

@@ -56,6 +56,7 @@ import {
   backupChecks,
   events,
   jobs,
+  type Kind,
   limitRanges,
   namespaces,
   networkPolicies,
@@ -351,13 +352,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       (n) => !n.metadata?.deletionTimestamp,
     )
     if (candidates.length === 0) return {}
-    const live = yield* client
-      .request<{ items: BackupCheck[] }>({
-        method: "GET",
-        path: pathOf(backupChecks, { namespace }),
-        query: { fieldSelector: `metadata.name=${name}` },
-      })
-      .pipe(Effect.map((l) => l.items?.[0]))
+    const live = yield* liveNamed<BackupCheck>(backupChecks, name, namespace)
     for (const n of candidates) {
       if (live !== undefined && sandboxCheckUid(n) === live.metadata.uid) continue
       yield* Effect.logInfo("deleting an orphan sandbox (its check is gone)").pipe(
@@ -378,15 +373,18 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       })
       .pipe(Effect.map((l) => l.items ?? []))
 
-  /** The Job of that name as the API server has it now (LIST, which the hub's RBAC allows; GET it does not). */
-  const liveJob = (ns: string, name: string) =>
+  /** One object as the API server has it now, by name: a LIST, which the hub's RBAC allows (GET it does not). */
+  const liveNamed = <T>(kind: Kind, name: string, namespace?: string) =>
     client
-      .request<{ items: V1Job[] }>({
+      .request<{ items: T[] }>({
         method: "GET",
-        path: pathOf(jobs, { namespace: ns }),
+        path: pathOf(kind, { namespace }),
         query: { fieldSelector: `metadata.name=${name}` },
       })
       .pipe(Effect.map((l) => l.items?.[0]))
+
+  /** The Job of that name as the API server has it now. */
+  const liveJob = (ns: string, name: string) => liveNamed<V1Job>(jobs, name, ns)
 
   /** The verdict of a finished Job, from its conditions and its Pods' termination state. */
   const readVerdict = (job: V1Job, run: LastRun, backupName: string, phase: Phase["name"] = "restore") =>
@@ -1204,13 +1202,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       function ensureSandbox(runID: string, sandboxSpec: SandboxSpec) {
         return Effect.gen(function* () {
           // The sandbox enforces the check namespace's Pod Security level, at least baseline.
-          const home = yield* client
-            .request<{ items: V1Namespace[] }>({
-              method: "GET",
-              path: pathOf(namespaces),
-              query: { fieldSelector: `metadata.name=${ns}` },
-            })
-            .pipe(Effect.map((l) => l.items?.[0]))
+          const home = yield* liveNamed<V1Namespace>(namespaces, ns)
           const objects = renderSandbox(
             checkRef,
             runID,
@@ -1237,13 +1229,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
               Effect.catchIf(isRefusal, refused("the namespace")),
             )
           if (createdNs === undefined) {
-            const live = yield* client
-              .request<{ items: V1Namespace[] }>({
-                method: "GET",
-                path: pathOf(namespaces),
-                query: { fieldSelector: `metadata.name=${name}` },
-              })
-              .pipe(Effect.map((l) => l.items?.[0]))
+            const live = yield* liveNamed<V1Namespace>(namespaces, name)
             if (live === undefined) return false
             if (sandboxCheckUid(live) !== uid) {
               const message = boundMessage(

@@ -13,7 +13,12 @@
 //     registers a member that verifies a check; one with a kubeconfig the policy refuses says why
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import {
+  type LocalCluster,
+  type LocalFleet,
+  startFleet,
+  tokenPluginExecConfig,
+} from "../../clusters/local-fleet/index.ts"
 import { formatRequests, requestsTo } from "../support/audit.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
@@ -259,16 +264,7 @@ describe("credential rotation without a relist", () => {
         providers: [
           {
             name: "fleet-token",
-            execConfig: {
-              apiVersion: "client.authentication.k8s.io/v1",
-              command: plugin,
-              env: [
-                { name: "FLEETCHECK_PLUGIN_KUBECTL", value: `${fleet.binDir}/kubectl` },
-                { name: "FLEETCHECK_PLUGIN_KUBECONFIG", value: m1.kubeconfigPath },
-                { name: "FLEETCHECK_PLUGIN_NAMESPACE", value: saNamespace },
-                { name: "FLEETCHECK_PLUGIN_SERVICEACCOUNT", value: "profile-hub" },
-              ],
-            },
+            execConfig: tokenPluginExecConfig(fleet, m1, saNamespace, "profile-hub"),
           },
           ...Object.keys(brokenPlugins).map((name) => ({
             name,

@@ -4,12 +4,16 @@
 // requests, and a recorder of every placed check uid it ever saw), never from the hub's counters.
 import { writeFileSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import {
+  type LocalCluster,
+  type LocalFleet,
+  startFleet,
+  tokenPluginExecConfig,
+} from "../../clusters/local-fleet/index.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
-const plugin = new URL("../../clusters/local-fleet/token-plugin.sh", import.meta.url).pathname
 const profilesPath = `/apis/multicluster.x-k8s.io/v1alpha2/namespaces/${hubNamespace}/clusterprofiles`
 const ns = "apps"
 /** Where the drill tests' checks live (its own namespace, so Pod Security there touches only drills). */
@@ -186,16 +190,7 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
         providers: [
           {
             name: "fleet-token",
-            execConfig: {
-              apiVersion: "client.authentication.k8s.io/v1",
-              command: plugin,
-              env: [
-                { name: "FLEETCHECK_PLUGIN_KUBECTL", value: `${fleet.binDir}/kubectl` },
-                { name: "FLEETCHECK_PLUGIN_KUBECONFIG", value: m3.kubeconfigPath },
-                { name: "FLEETCHECK_PLUGIN_NAMESPACE", value: "hub-identities" },
-                { name: "FLEETCHECK_PLUGIN_SERVICEACCOUNT", value: "profile-hub" },
-              ],
-            },
+            execConfig: tokenPluginExecConfig(fleet, m3, "hub-identities", "profile-hub"),
           },
         ],
       }),
