@@ -6,7 +6,14 @@ import { Clock, Deferred, Effect, Exit, Option, Queue, Scope, Semaphore } from "
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
-import { isAlreadyExists, isNotFound, KubeApiError, type KubeClient, type KubeError } from "../kube/client.ts"
+import {
+  isAlreadyExists,
+  isConflict,
+  isNotFound,
+  KubeApiError,
+  type KubeClient,
+  type KubeError,
+} from "../kube/client.ts"
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import { credentialsExpiringSoon } from "../kubeconfig/policy.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
@@ -88,15 +95,18 @@ const sameExceptProbeTime = (a: MemberClusterStatus | undefined, b: MemberCluste
 
 /**
  * Creates the MemberCluster when missing, keeps its labels equal to the Secret's, and writes the status
- * when it changed (compared as JSON values: the API server returns keys in its own order). The status
- * write carries the resourceVersion read just before, so a concurrent writer's fields are never
+ * when it changed (compared as JSON values: the API server returns keys in its own order). Every status
+ * write carries a resourceVersion the hub read or wrote, so a concurrent writer's fields are never
  * silently overwritten (a conflict waits for the next round).
  *
  * What the hub last read or wrote is kept on the entry (lastSeen): while it is younger than
- * probeTimeRefreshMs and the labels agree, an unchanged status sends nothing (no GET either); anything
- * else reads the object first as always. A failure leaves lastSeen unset, so the next round reads it
- * again; the probe time refresh writes at least once a minute, which also finds a MemberCluster
- * deleted or edited behind the hub's back. `views` saves building the check views again.
+ * probeTimeRefreshMs and the labels agree, an unchanged status sends nothing. A change, or the
+ * probe-time refresh once a minute, is one PATCH carrying lastSeen's resourceVersion, with no GET
+ * before it: any write by someone else since (labels, spec, status) fails it with a conflict and a
+ * deletion with NotFound, and then the object is read (or created) and written as on the first round.
+ * So the minute's refresh still finds a MemberCluster deleted or edited behind the hub's back. Any other
+ * failure leaves lastSeen unset, so the next round reads it again. `views` saves building the check
+ * views again.
  */
 export const syncMemberCluster = Effect.fnUntraced(function* (
   hubClient: KubeClient,
@@ -105,20 +115,31 @@ export const syncMemberCluster = Effect.fnUntraced(function* (
 ) {
   const now = yield* Clock.currentTimeMillis
   const seen = entry.lastSeen
-  if (seen !== undefined && now - seen.at < probeTimeRefreshMs && jsonEqual(seen.labels, entry.labels)) {
+  if (seen !== undefined && jsonEqual(seen.labels, entry.labels)) {
     const desired = memberClusterStatus(entry, seen.status, now, views)
-    const probeTimeStale =
-      !seen.status?.lastProbeTime ||
-      (desired.lastProbeTime !== undefined &&
-        Date.parse(desired.lastProbeTime) - Date.parse(seen.status.lastProbeTime) >= probeTimeRefreshMs)
-    if (sameExceptProbeTime(desired, seen.status) && !(probeTimeStale && desired.lastProbeTime)) {
+    const due = now - seen.at >= probeTimeRefreshMs || probeTimeStale(desired, seen.status)
+    if (!due && sameExceptProbeTime(desired, seen.status)) {
       entry.lastStatus = desired
+      return
+    }
+    delete entry.lastSeen
+    const written = yield* writeStatus(hubClient, entry.name, seen.resourceVersion, desired).pipe(
+      Effect.catchIf(
+        (e) => isConflict(e) || isNotFound(e),
+        () => Effect.succeed(undefined),
+      ),
+    )
+    if (written !== undefined) {
+      remember(entry, desired, written, now)
       return
     }
   }
   delete entry.lastSeen
   let current = yield* hubClient
-    .request<MemberCluster>({ method: "GET", path: memberClusterPath(entry.name) })
+    .request<MemberCluster>({
+      method: "GET",
+      path: memberClusterPath(entry.name),
+    })
     .pipe(Effect.catchIf(isNotFound, () => Effect.succeed(undefined)))
   if (!current) {
     // The registration controller and the member's status loop may both create it: the loser reads it.
@@ -135,7 +156,10 @@ export const syncMemberCluster = Effect.fnUntraced(function* (
       })
       .pipe(
         Effect.catchIf(isAlreadyExists, () =>
-          hubClient.request<MemberCluster>({ method: "GET", path: memberClusterPath(entry.name) }),
+          hubClient.request<MemberCluster>({
+            method: "GET",
+            path: memberClusterPath(entry.name),
+          }),
         ),
       )
   } else if (!jsonEqual(current.metadata.labels ?? {}, entry.labels)) {
@@ -157,18 +181,32 @@ export const syncMemberCluster = Effect.fnUntraced(function* (
     })
   }
   const desired: MemberClusterStatus = memberClusterStatus(entry, current.status, now, views)
-  const probeTimeStale =
-    !current.status?.lastProbeTime ||
-    (desired.lastProbeTime !== undefined &&
-      Date.parse(desired.lastProbeTime) - Date.parse(current.status.lastProbeTime) >= probeTimeRefreshMs)
-  if (!sameExceptProbeTime(desired, current.status) || (probeTimeStale && desired.lastProbeTime)) {
-    current = yield* hubClient.request<MemberCluster>({
-      method: "PATCH",
-      path: memberClusterPath(entry.name, "status"),
-      contentType: "application/merge-patch+json",
-      body: { metadata: { resourceVersion: current.metadata.resourceVersion }, status: desired },
-    })
-  }
+  if (!sameExceptProbeTime(desired, current.status) || probeTimeStale(desired, current.status))
+    current = yield* writeStatus(hubClient, entry.name, current.metadata.resourceVersion, desired)
+  remember(entry, desired, current, now)
+})
+
+/** Whether the written probe time is a refresh period behind the desired one (or missing). */
+const probeTimeStale = (desired: MemberClusterStatus, written: MemberClusterStatus | undefined) =>
+  desired.lastProbeTime !== undefined &&
+  (!written?.lastProbeTime ||
+    Date.parse(desired.lastProbeTime) - Date.parse(written.lastProbeTime) >= probeTimeRefreshMs)
+
+/** A status merge patch that applies only to the resourceVersion given (409 Conflict otherwise). */
+const writeStatus = (
+  hubClient: KubeClient,
+  name: string,
+  resourceVersion: string | undefined,
+  status: MemberClusterStatus,
+) =>
+  hubClient.request<MemberCluster>({
+    method: "PATCH",
+    path: memberClusterPath(name, "status"),
+    contentType: "application/merge-patch+json",
+    body: { metadata: { resourceVersion }, status },
+  })
+
+const remember = (entry: MemberEntry, desired: MemberClusterStatus, current: MemberCluster, now: number) => {
   entry.lastStatus = desired
   entry.lastSeen = {
     resourceVersion: current.metadata.resourceVersion,
@@ -176,7 +214,7 @@ export const syncMemberCluster = Effect.fnUntraced(function* (
     status: current.status,
     at: now,
   }
-})
+}
 
 /** While a failed probe awaits confirmation (failure threshold), probes come this often. */
 const confirmFailureEveryMs = 1_000

@@ -1,7 +1,13 @@
 // The hub against a real hub cluster and three real member clusters: registration by Secret, bad
 // Secrets, a member killed and restarted, a member frozen, credential rotation, unregistration.
+import { KubeConfig } from "@kubernetes/client-node"
+import { Clock, Effect } from "effect"
+import { TestClock } from "effect/testing"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import type { MemberEntry } from "../../src/hub/fleet-state.ts"
+import { syncMemberCluster } from "../../src/hub/member.ts"
+import { makeKubeClient } from "../../src/kube/client.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
@@ -238,6 +244,89 @@ describe("hub with three members", () => {
     const after = await counts()
     expect(after.get - before.get).toBeLessThanOrEqual(members.length)
     expect(after.patch - before.patch).toBeLessThanOrEqual(members.length)
+  })
+
+  it("the minute's probe-time refresh of a MemberCluster is one PATCH, and an edit behind the hub's back is still found", async () => {
+    // syncMemberCluster alone on a clock of its own, against the hub apiserver; its request counters
+    // (all MemberClusters, so the hub's three members add at most one refresh each) are the evidence.
+    const counts = async () => {
+      const text = (await hubCluster.api("GET", "/metrics")).body as string
+      const n = { get: 0, patch: 0 }
+      for (const line of text.split("\n")) {
+        if (!line.startsWith("apiserver_request_total{") || !line.includes('resource="memberclusters"'))
+          continue
+        const value = Number(line.slice(line.lastIndexOf(" ") + 1))
+        if (line.includes('verb="GET"')) n.get += value
+        if (line.includes('verb="PATCH"') && line.includes('subresource="status"')) n.patch += value
+      }
+      return n
+    }
+    const kubeConfig = new KubeConfig()
+    kubeConfig.loadFromString(hubCluster.kubeconfig)
+    const entry: MemberEntry = {
+      name: "refresh-probe",
+      labels: { team: "a" },
+      engineRunning: true,
+      synced: true,
+      expiringSoon: false,
+      catchingUp: false,
+      probe: {
+        connected: true,
+        credentialsValid: true,
+        consecutiveFailures: 0,
+        consecutiveSuccesses: 1,
+      },
+      checks: () => [],
+    }
+    const path = "/apis/fleetcheck.io/v1alpha1/memberclusters/refresh-probe"
+    const refreshes = 5
+    const { before, after, labels } = await Effect.runPromise(
+      Effect.gen(function* () {
+        const client = yield* makeKubeClient({
+          cluster: "hub",
+          kubeConfig,
+          requestTimeoutMs: 10_000,
+        })
+        const round = Effect.gen(function* () {
+          entry.probe.lastProbeTime = yield* Clock.currentTimeMillis
+          yield* syncMemberCluster(client, entry)
+        })
+        yield* TestClock.setTime(Date.parse("2026-01-01T00:00:00Z"))
+        yield* round
+        const before = yield* Effect.promise(counts)
+        for (let i = 0; i < refreshes; i++) {
+          // Status rounds in between send nothing; the refresh a minute later sends one PATCH.
+          for (let t = 0; t < 3; t++) {
+            yield* TestClock.adjust(19_000)
+            yield* syncMemberCluster(client, entry)
+          }
+          yield* TestClock.adjust(4_000)
+          yield* round
+        }
+        const after = yield* Effect.promise(counts)
+        // Labels edited behind the hub's back: the next refresh's PATCH conflicts, and the hub reads the
+        // object and puts its labels back in the same round.
+        const edited = yield* Effect.promise(async () => {
+          const o = (await hubCluster.api("GET", path)).body
+          return hubCluster.api("PUT", path, {
+            ...o,
+            metadata: { ...o.metadata, labels: { team: "b", x: "y" } },
+          })
+        })
+        expect(edited.status).toBe(200)
+        yield* TestClock.adjust(61_000)
+        yield* round
+        const labels = (yield* Effect.promise(() => hubCluster.api("GET", path))).body.metadata.labels
+        return { before, after, labels }
+      }).pipe(Effect.scoped, Effect.provide(TestClock.layer())),
+    )
+    expect(after.patch - before.patch).toBeGreaterThanOrEqual(refreshes)
+    expect(after.patch - before.patch).toBeLessThanOrEqual(refreshes + members.length)
+    // One GET per refresh before the fix; only the hub's own members' rounds may show up now.
+    expect(after.get - before.get).toBeLessThan(refreshes)
+    expect(labels).toEqual({ team: "a" })
+    expect(entry.lastStatus?.lastProbeTime).toBe("2026-01-01T00:06:06Z")
+    expect((await hubCluster.api("DELETE", path)).status).toBe(200)
   })
 
   it("bad Secrets each give a MemberCluster that says what is wrong; the hub stays ready, others keep verifying", async () => {
