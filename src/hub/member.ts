@@ -218,6 +218,11 @@ const remember = (entry: MemberEntry, desired: MemberClusterStatus, current: Mem
 
 /** While a failed probe awaits confirmation (failure threshold), probes come this often. */
 const confirmFailureEveryMs = 1_000
+/**
+ * An unreachable member is probed at least this often, whatever the probe interval: it is back within
+ * this long of its API server (its watches may be waiting out a backoff of up to 30 s meanwhile).
+ */
+const unreachableProbeEveryMs = 10_000
 
 /**
  * One probe: a LIST of at most one BackupCheck where the hub works, with a short deadline. Unlike
@@ -502,7 +507,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       if (Deferred.isDoneUnsafe(woken)) wakeProbe = Deferred.makeUnsafe<void>()
       yield* Effect.raceFirst(
         Effect.sleep(
-          confirming ? Math.min(timings.probeIntervalMs, confirmFailureEveryMs) : timings.probeIntervalMs,
+          Math.min(
+            timings.probeIntervalMs,
+            confirming ? confirmFailureEveryMs : p.connected === false ? unreachableProbeEveryMs : Infinity,
+          ),
         ),
         Deferred.await(wakeProbe),
       )
