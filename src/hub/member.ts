@@ -334,15 +334,21 @@ const probeOnce = Effect.fnUntraced(function* (
 })
 
 /**
- * Whether the member's caches can be trusted: a LIST/WATCH failing for longer than the probe itself
- * tolerates (interval × failure threshold) makes the member Ready=False, and its checks Unknown.
+ * Whether the member's caches can be trusted: a LIST/WATCH failing for longer than the probe of an
+ * unreachable member tolerates (its interval × failure threshold) makes the member Ready=False, and its
+ * checks Unknown. Not the healthy member's interval: a longer one saves probes, and must not leave a
+ * cache that stopped following its API server trusted for longer.
  */
+export const watchFailureToleranceMs = (
+  timings: Pick<MemberSettings, "probeIntervalMs" | "probeFailureThreshold">,
+) => Math.min(timings.probeIntervalMs, unreachableProbeEveryMs) * timings.probeFailureThreshold
+
 const watchFailureOf = (
   engine: MemberEngine,
   timings: MemberSettings,
   now: number,
 ): MemberEntry["watchFailure"] => {
-  const tolerance = timings.probeIntervalMs * timings.probeFailureThreshold
+  const tolerance = watchFailureToleranceMs(timings)
   for (const informer of [engine.checks, engine.jobs, ...(engine.namespaces ? [engine.namespaces] : [])]) {
     const since = informer.failingSince
     if (since === undefined || now - since < tolerance) continue
