@@ -12,7 +12,7 @@
 //   as a Job controller would: no kubelet runs here)
 //   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
 // Environment: IDLE_SECONDS (60), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10),
-// JOB_HOLD_MS (5000), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
+// JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
 // once converged), HUB_NICE=<n> (the hub's scheduling priority, e.g.
@@ -43,6 +43,7 @@ const eventRate = env("EVENT_RATE", 500)
 const eventSeconds = env("EVENT_SECONDS", 30)
 const wavePercent = env("WAVE_PERCENT", 10)
 const jobHoldMs = env("JOB_HOLD_MS", 5_000)
+const waveMaxSeconds = env("WAVE_MAX_SECONDS", 1_200)
 const group = "/apis/fleetcheck.io/v1alpha1"
 
 const t0 = Date.now()
@@ -640,7 +641,11 @@ try {
       await sleep(2_000)
       if (Date.now() > slot)
         log(`wave: ${done.size}/${waveChecks.length} verified, ${active} Jobs active, ${jobsSeen} created`)
-      if (Date.now() - slot > 20 * 60_000) throw new Error("the wave did not finish in 20 min")
+      // Cut short (a lock hold has an end): the figures below are then over the checks verified so far.
+      if (Date.now() - slot > waveMaxSeconds * 1000) {
+        log(`wave: stopped waiting ${waveMaxSeconds} s after the slot`)
+        break
+      }
     }
     const waveCpu1 = await ask<any>(proc, { cmd: "cpu" })
     for (const w of [...completer, ...checkWatch]) w.stop()
@@ -652,8 +657,9 @@ try {
     }
     const finish = [...byMember.values()].sort((a, b) => a - b)
     const median = pct(finish, 50)
+    const missing = waveChecks.length - done.size
     print(
-      `wave: ${waveChecks.length} checks (${perMemberWave} per member) due at one minute, Jobs completed ${jobHoldMs / 1000} s after creation: all verified ${(finish.at(-1)! / 1000).toFixed(1)} s after the slot; members done after fastest ${(finish[0]! / 1000).toFixed(1)} s, median ${(median / 1000).toFixed(1)} s, slowest ${(finish.at(-1)! / 1000).toFixed(1)} s (slowest/median ${(finish.at(-1)! / median).toFixed(2)}); peak concurrent Jobs ${peakActive}; hub CPU during the wave ${(((waveCpu1.cpuMicros - waveCpu0.cpuMicros) / 1000 / (waveCpu1.at - waveCpu0.at)) * 100).toFixed(0)}% of a core`,
+      `wave: ${waveChecks.length} checks (${perMemberWave} per member) due at one minute, Jobs completed ${jobHoldMs / 1000} s after creation: ${missing > 0 ? `NOT ALL VERIFIED (${missing} not seen verified, ${members - byMember.size} members with none; the figures are over those seen) ` : ""}all verified ${(finish.at(-1)! / 1000).toFixed(1)} s after the slot; members done after fastest ${(finish[0]! / 1000).toFixed(1)} s, median ${(median / 1000).toFixed(1)} s, slowest ${(finish.at(-1)! / 1000).toFixed(1)} s (slowest/median ${(finish.at(-1)! / median).toFixed(2)}); peak concurrent Jobs ${peakActive}; hub CPU during the wave ${(((waveCpu1.cpuMicros - waveCpu0.cpuMicros) / 1000 / (waveCpu1.at - waveCpu0.at)) * 100).toFixed(0)}% of a core`,
     )
     const mem2 = await ask<any>(proc, { cmd: "measure" })
     const scrape2 = await ask<any>(proc, { cmd: "scrape" })
