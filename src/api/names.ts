@@ -103,6 +103,12 @@ export const memberLeaseName = (cluster: string): string => {
   return `${name.slice(0, leaseNameMax - 17).replace(/[.-]+$/, "")}-${shortHash(cluster, 16)}`
 }
 
+/**
+ * Sharding: the Lease whose holder places FleetBackupChecks (one replica at a time, ADR 0011 decision 8).
+ * SPEC §11 names no such Lease; this one follows the hub's own `fleetcheck-hub`.
+ */
+export const placementLeaseName = "fleetcheck-placement"
+
 /** On every sharding Lease: `replica` (a hub replica's) or `member` (a member's fence). */
 export const shardLeaseLabel = "fleetcheck.io/shard-lease"
 /** The controller name on Events the hub writes. */

@@ -4,6 +4,7 @@
 // it by the pure functions below, so they can never disagree. An unreachable member's checks are
 // reported Unknown/ClusterUnreachable, never as their last known (possibly stale) verdict.
 import { createHash } from "node:crypto"
+import type { Effect } from "effect"
 import { type BackupCheck, conditionTypes } from "../api/backupcheck.ts"
 import {
   type Condition,
@@ -101,6 +102,8 @@ export interface MemberEntry {
 export interface MemberAccess {
   /** The engine's client: writes fenced by the leader's lease, I/O under the global limit. */
   readonly client: KubeClient
+  /** The engine's connection with writes fenced by another Lease (the placement holder's, sharded). */
+  readonly clientFencedBy: (mayWrite: Effect.Effect<boolean>) => KubeClient
   /** The engine's BackupCheck cache; handlers only enqueue keys. */
   readonly checks: Pick<InformerSet<BackupCheck>, "store" | "addHandler">
   /** The member's scope (fleetcheck.io/namespaces); undefined means cluster-wide. */

@@ -59,6 +59,11 @@ export interface HubHttpOptions {
   readonly fleetChecks: ReadonlyMap<string, FleetCheckView>
   readonly metrics: FleetMetrics
   readonly isLeader: () => boolean
+  /**
+   * What the dashboard says this hub is: "leader" or "standby" unless given; with sharding, which
+   * replica of how many and what it works (hub.ts).
+   */
+  readonly role?: () => string
   readonly availability: () => Availability
   readonly identity: string
   /** The dashboard's settings (page size, trace link template). */
@@ -352,6 +357,7 @@ const handle = async (
   if (!page.ok) return fail(400, "BadRequest", page.error)
   const dashboard = {
     ...info,
+    role: options.role?.() ?? (info.leader ? "leader" : "standby"),
     pageSize: settings.dashboardPageSize,
     traceUrlTemplate: settings.traceUrlTemplate,
   }

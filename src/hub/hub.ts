@@ -5,7 +5,7 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import { Effect, type Scope, Semaphore } from "effect"
 import type { FleetCheckView } from "../api/fleet.ts"
-import { hubLeaseName } from "../api/names.ts"
+import { hubLeaseName, placementLeaseName } from "../api/names.ts"
 import type { AccessProviders } from "../clusterprofile/provider-file.ts"
 import { makeGlobalLimit } from "../engine/global-limit.ts"
 import { type KubeClient, makeKubeClient } from "../kube/client.ts"
@@ -24,9 +24,10 @@ import type { MemberEntry } from "./fleet-state.ts"
 import { type Availability, startHubHttp } from "./http.ts"
 import { makeLeaderElector } from "./leader-election.ts"
 import { runPlacement } from "./placement/controller.ts"
+import { runPlacementMirror } from "./placement/mirror.ts"
 import { type Registration, runRegistration } from "./registration.ts"
 import { type ServingCert, tlsServerOptions, watchServingFiles } from "./serving/serving-cert.ts"
-import { makeSharding, type Sharding, unshardedFence } from "./sharding/shards.ts"
+import { describeShare, makeSharding, type Sharding, unshardedFence } from "./sharding/shards.ts"
 
 export interface HubOptions {
   readonly config: HubConfig
@@ -43,7 +44,10 @@ export interface HubOptions {
 export interface HubHandle {
   readonly identity: string
   readonly members: Map<string, MemberEntry>
-  /** FleetBackupChecks as the placement controller last computed them (empty unless leading). */
+  /**
+   * FleetBackupChecks as the placement controller last computed them (empty unless leading); with
+   * sharding, on a replica not placing them, as the placement holder last wrote their status.
+   */
   readonly fleetChecks: ReadonlyMap<string, FleetCheckView>
   readonly isLeader: () => boolean
   readonly port: number
@@ -80,6 +84,8 @@ export const runHub = Effect.fnUntraced(function* (
   let registrationSynced = false
   let leaderName: () => string | undefined = () => identity
   let sharding: Sharding | undefined
+  /** With sharding: whether this replica holds the placement Lease. */
+  let placing = () => false
   // Whether this hub's view is the fleet's (`leader` in the fleet API; `fleetcheck status` exits 3 when
   // not): the leader's, or with sharding every replica's once it answers (ADR 0011).
   const speaksForFleet = () => (sharding ? availability().answers : leading)
@@ -107,6 +113,19 @@ export const runHub = Effect.fnUntraced(function* (
               message: "syncing: the member registrations are not listed yet",
             }
           : { answers: true }
+  // What the dashboard says this process is: the leader or a standby, or with sharding its share.
+  const role = () => {
+    if (!sharding) return leading ? "leader" : "standby"
+    let working = 0
+    for (const name of members.keys()) if (sharding.owns(name)) working++
+    return describeShare({
+      identity,
+      live: sharding.liveReplicas(),
+      working,
+      members: members.size,
+      placing: placing(),
+    })
+  }
   // The elector's own client is never fenced (it renews the lease); leader work gets a fenced one.
   // Every request names this hub process, so the API servers' audit logs tell replicas apart.
   const userAgent = `fleetcheck-hub/${identity}`
@@ -139,6 +158,7 @@ export const runHub = Effect.fnUntraced(function* (
           fleetChecks,
           metrics,
           isLeader: speaksForFleet,
+          role,
           availability,
           identity,
           config,
@@ -241,6 +261,16 @@ export const runHub = Effect.fnUntraced(function* (
       resyncMs: config.resyncPeriodMs,
     })
     sharding = shards
+    const placement = yield* makeLeaderElector({
+      client: electorClient,
+      namespace: config.namespace,
+      name: placementLeaseName,
+      identity,
+      leaseDurationMs: config.leaseDurationMs,
+      renewDeadlineMs: config.renewDeadlineMs,
+      retryPeriodMs: config.retryPeriodMs,
+    }).pipe(Effect.orDie)
+    placing = placement.isLeader
     const shardedWork = Effect.gen(function* () {
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
@@ -252,7 +282,6 @@ export const runHub = Effect.fnUntraced(function* (
       yield* Effect.logInfo("sharding: announcing this replica, starting registration").pipe(
         Effect.annotateLogs({ identity }),
       )
-      yield* Effect.logInfo("FleetBackupChecks are not placed with --sharding (ADR 0011)")
       let registration: Registration | undefined
       let syncedAt: number | undefined
       // Started before the registration, so its Leases are released only after the members drained.
@@ -291,6 +320,41 @@ export const runHub = Effect.fnUntraced(function* (
           registrationSynced = true
         },
       })
+      // FleetBackupChecks (ADR 0011 decision 8): placed by whichever replica holds the placement Lease,
+      // through clients fenced by that Lease (placed checks are plain BackupChecks: each is reconciled
+      // by its member's holder); every other replica shows the status the holder wrote.
+      yield* runPlacementMirror({
+        client: electorClient,
+        namespace: config.namespace,
+        resyncMs: config.resyncPeriodMs,
+        refreshMs: config.retryPeriodMs,
+        views: fleetChecks,
+        holding: placement.isLeader,
+        holder: placement.liveHolder,
+      })
+      const placementWork = Effect.gen(function* () {
+        // A former holder exports nothing about FleetBackupChecks: the new holder does.
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            for (const v of fleetChecks.values()) metrics.deleteFleetCheck(v.namespace, v.name)
+          }),
+        )
+        yield* Effect.logInfo("holding the placement Lease: placing FleetBackupChecks")
+        yield* runPlacement({
+          hubClient: gateWrites(electorClient, placement.mayWrite),
+          memberWriter: (access) => access.clientFencedBy(placement.mayWrite),
+          namespace: config.namespace,
+          members,
+          statusIntervalMs: config.statusIntervalMs,
+          resyncMs: config.resyncPeriodMs,
+          reportingInstance: identity,
+          views: fleetChecks,
+          onView: (v) => metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts, v.drills),
+          onGone: (namespace, name) => metrics.deleteFleetCheck(namespace, name),
+        })
+        return yield* Effect.never
+      })
+      yield* Effect.forkScoped(placement.run(placementWork))
       return yield* Effect.never
     })
     yield* Effect.forkScoped(Effect.scoped(shardedWork))

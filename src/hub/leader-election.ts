@@ -185,6 +185,11 @@ export interface LeaderElector {
   /** The holder the lease named when last read ("" when released, undefined before the first read). */
   readonly observedHolder: () => string | undefined
   /**
+   * Who leads now as far as this contender can tell: itself while leading, else the holder last read
+   * while its lease has not expired on our clock (the observedTime rule); undefined when nobody does.
+   */
+  readonly liveHolder: Effect.Effect<string | undefined>
+  /**
    * The fence for leader work's writes: true only while leading and less than renewDeadline has passed
    * on the monotonic clock since the start of the last successful renewal. After that a successor may
    * soon lead (leaseDuration after our last renewal, on its clock), so no write may go out any more,
@@ -548,6 +553,11 @@ export const makeLeaderElector = (
       identity,
       isLeader: () => leader,
       observedHolder: () => holder,
+      liveHolder: Effect.map(monoMs, (now) => {
+        if (leader) return identity
+        if (!holder || holder === identity || observation === undefined) return undefined
+        return heldUntil(lease?.spec, observation, leaseDurationMs) > now ? holder : undefined
+      }),
       mayWrite,
       lostLease: Effect.suspend(() => Deferred.await(lostSignal)),
       run,

@@ -86,6 +86,11 @@ export interface MemberEngine {
   readonly cluster: string
   readonly client: KubeClient
   /**
+   * The same connection and credential with writes gated by another fence: the placement Lease's holder
+   * writes placed checks into members other replicas work (ADR 0011 decision 8).
+   */
+  readonly clientFencedBy: (mayWrite: Effect.Effect<boolean>) => KubeClient
+  /**
    * Swaps the credential in place (same connection): informers, caches and open watches stay, so a
    * rotated token costs no relist. See RotatingKubeClient.setCredential.
    */
@@ -132,20 +137,23 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     execTimeoutMs: options.execTimeoutMs,
     ...(options.execClusterConfig !== undefined ? { execClusterConfig: options.execClusterConfig } : {}),
   })
-  const fenced = gateWrites(raw, options.mayWrite)
   const limit = options.globalLimit
   // A reconcile the member refused (401/403) backs off; once access is back, requeueAll undoes that.
   let refusedSince = false
   const noteRefusal = (e: KubeError) => {
     if (e._tag === "KubeApiError" && (e.status === 401 || e.status === 403)) refusedSince = true
   }
-  const client: KubeClient = {
-    ...fenced,
-    request: <T>(req: KubeRequest) => {
-      const sent = limit ? limit.duringIo(fenced.request<T>(req)) : fenced.request<T>(req)
-      return Effect.tapError(sent, (e) => Effect.sync(() => noteRefusal(e)))
-    },
+  const clientFencedBy = (mayWrite: Effect.Effect<boolean>): KubeClient => {
+    const fenced = gateWrites(raw, mayWrite)
+    return {
+      ...fenced,
+      request: <T>(req: KubeRequest) => {
+        const sent = limit ? limit.duringIo(fenced.request<T>(req)) : fenced.request<T>(req)
+        return Effect.tapError(sent, (e) => Effect.sync(() => noteRefusal(e)))
+      },
+    }
   }
+  const client = clientFencedBy(options.mayWrite)
 
   const queue = yield* makeWorkQueue({
     name: cluster,
@@ -292,6 +300,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
   const engine: MemberEngine = {
     cluster,
     client,
+    clientFencedBy,
     setCredential: raw.setCredential,
     credentialState: raw.credentialState,
     checks,

@@ -415,7 +415,12 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   })
   entry.engineRunning = true
   entry.checks = () => engine.checks.store.list()
-  entry.access = { client: engine.client, checks: engine.checks, namespaces: spec.namespaces }
+  entry.access = {
+    client: engine.client,
+    clientFencedBy: engine.clientFencedBy,
+    checks: engine.checks,
+    namespaces: spec.namespaces,
+  }
   // A member's series are exported by the hub replica working it only (all of them without sharding).
   let exporting = deps.fence.owned()
   if (exporting) metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })

@@ -4,7 +4,12 @@
 // user on the hub API server and, on the members, its own User-Agent `fleetcheck-hub/<identity>`.
 //
 //   3 replicas    every member's Lease held by one of them, each holding some; every check verified
-//   SIGKILL one   its members' Leases taken by the others once they expire; fresh checks there verify
+//   placement     one replica holds the placement Lease and places a FleetBackupCheck into two members
+//                 worked by two different replicas (each scoped to namespace `fleet`, one per member API
+//                 server); every replica shows its aggregate; each dashboard says which replica it is
+//   SIGKILL one   the placement holder: its members' Leases taken by the others once they expire, fresh
+//                 checks there verify; another replica takes the placement Lease and places the check
+//                 into a member selected after the kill (the hub's API server, scoped to `fleet`)
 //   join a 4th    it takes about a quarter of the members; each handover's gap (release → acquire) is
 //                 shorter than the lease duration; fresh checks in the moved members verify
 //   SIGSTOP one   30 s: its members taken once its Leases expire; after SIGCONT it writes nothing for them
@@ -14,7 +19,9 @@
 // race, changes nothing and is counted apart): a member's Lease changes hands only by a write of the
 // replica acquiring it, and every write for a member (its namespace on its API server; its
 // MemberCluster, Lease, Secret and Events on the hub) comes from the replica whose Lease term it falls in,
-// no later than renewDeadline (+ latency) after that replica's last renewal. No run gets two Jobs.
+// no later than renewDeadline (+ latency) after that replica's last renewal; a placed check may also be
+// written by the placement Lease's holder of the moment. Every FleetBackupCheck write (status,
+// finalizer) comes from the placement holder of the moment, one replica at a time. No run gets two Jobs.
 //
 // Lease timings 4 s / 3 s / 1 s. FLEETCHECK_KEEP_LOGS=1 keeps the hub logs and the audit logs.
 import { cpSync, mkdtempSync, writeFileSync } from "node:fs"
@@ -32,14 +39,16 @@ import {
 import {
   defaultHubNamespace,
   labelBackupCheck,
+  labelFleetBackupCheck,
   labelRun,
   memberLeaseName,
   namespacesAnnotation,
+  placementLeaseName,
   registrationLabel,
   shardLeaseLabel,
 } from "../../src/api/names.ts"
 import { assigneeOf } from "../../src/hub/sharding/assignment.ts"
-import { backupChecks, leases, pathOf, secrets } from "../../src/kube/resources.ts"
+import { backupChecks, fleetBackupChecks, leases, pathOf, secrets } from "../../src/kube/resources.ts"
 import { type AuditedRequest, formatRequests, toMicros, writesTo } from "../support/audit.ts"
 import { backupCheck } from "../support/backupcheck.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
@@ -70,6 +79,10 @@ const memberCount = 32
 const names = Array.from({ length: memberCount }, (_, i) => `m-${String(i).padStart(2, "0")}`)
 const replicaNames = ["r1", "r2", "r3", "r4"]
 const leasePrefix = memberLeaseName("")
+/** Where placed checks live: one member per API server is scoped to it (scopes must not overlap). */
+const placedNs = "fleet"
+const fleetCheckName = "spread"
+const backupCheckCrd = new URL("../../deploy/crds/fleetcheck.io_backupchecks.yaml", import.meta.url).pathname
 
 interface Replica {
   readonly name: string
@@ -89,8 +102,17 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   let hubCluster: LocalCluster
   let memberServers: LocalCluster[]
   const replicas = new Map<string, Replica>()
-  const serverOf = (m: string) => memberServers[names.indexOf(m) % memberServers.length]!
+  /** The placement members (scoped to `fleet`) and the API server each lives on. */
+  const placementHomes = new Map<string, LocalCluster>()
+  const serverOf = (m: string) =>
+    placementHomes.get(m) ?? memberServers[names.indexOf(m) % memberServers.length]!
+  /** The namespace a member is scoped to. */
+  const scopeOf = (m: string) => (placementHomes.has(m) ? placedNs : m)
+  const allMembers = () => [...names, ...placementHomes.keys()]
   let oneShots = 0
+  /** Set by the SIGKILL test: the replica killed (the placement holder then) and the two left. */
+  let killed: Replica
+  let survivors: [Replica, Replica]
 
   const startReplica = async (name: string): Promise<Replica> => {
     const user = hubCluster.users[name]!
@@ -132,6 +154,47 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     return h && names.every((m) => h.get(m)?.holder === assigneeOf(m, ids)) ? h : undefined
   }
 
+  const register = async (
+    m: string,
+    server: LocalCluster,
+    scope: string,
+    labels: Record<string, string> = {},
+  ) => {
+    const res = await hubCluster.api("POST", pathOf(secrets, { namespace: defaultHubNamespace }), {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: {
+        name: m,
+        namespace: defaultHubNamespace,
+        labels: { [registrationLabel]: "true", ...labels },
+        annotations: { [namespacesAnnotation]: scope },
+      },
+      data: { kubeconfig: Buffer.from(server.kubeconfig).toString("base64") },
+    })
+    expect(res.status, JSON.stringify(res.body)).toBe(201)
+  }
+  /** The placement Lease's holder ("" when released or missing). */
+  const placementHolder = async () => {
+    const r = await hubCluster.api(
+      "GET",
+      pathOf(leases, { namespace: defaultHubNamespace, name: placementLeaseName }),
+    )
+    return r.status === 200 ? String(r.body.spec?.holderIdentity ?? "") : ""
+  }
+  const fbcPath = (name?: string) => pathOf(fleetBackupChecks, { namespace: defaultHubNamespace, name })
+  const fleetCondition = (o: any, type: string) =>
+    (o?.status?.conditions ?? []).find((c: any) => c.type === type)?.status as string | undefined
+  /** The placed check of the FleetBackupCheck in a placement member, from that member's API server. */
+  const placedCheck = async (m: string) => {
+    const r = await serverOf(m).api(
+      "GET",
+      pathOf(backupChecks, { namespace: placedNs, name: fleetCheckName }),
+    )
+    return r.status === 200 &&
+      r.body.metadata?.labels?.[labelFleetBackupCheck] === `${defaultHubNamespace}.${fleetCheckName}`
+      ? r.body
+      : undefined
+  }
   const checkPath = (m: string, name?: string) => pathOf(backupChecks, { namespace: m, name })
   const verified = (o: any) =>
     (o?.status?.conditions ?? []).find((c: any) => c.type === "Verified")?.status as string | undefined
@@ -167,6 +230,10 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
         counts: c.counts,
       })),
       checks: (v.checks as any[]).map((c) => `${c.cluster}/${c.namespace}/${c.name}=${c.status}/${c.reason}`),
+      fleetChecks: ((v.fleetChecks ?? []) as any[]).map(
+        (f) =>
+          `${f.name}=${f.verified.status}/${f.verified.reason} ${JSON.stringify(f.counts)} ${(f.clusters as any[]).map((c) => `${c.name}:${c.placement}:${c.status}`).join(",")}`,
+      ),
     }
   }
 
@@ -186,20 +253,24 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   /** The member a hub write is for, if any: its MemberCluster, Lease, Secret or Events. */
   const memberOfHubWrite = (w: AuditedRequest): string | undefined => {
     const n = w.name ?? ""
-    if (w.resource === "memberclusters" || w.resource === "secrets") return names.includes(n) ? n : undefined
+    if (w.resource === "memberclusters" || w.resource === "secrets")
+      return allMembers().includes(n) ? n : undefined
     if (w.resource === "leases" && n.startsWith(leasePrefix)) return n.slice(leasePrefix.length)
-    if (w.resource === "events") return names.find((m) => n.startsWith(`${m}.`))
+    if (w.resource === "events") return allMembers().find((m) => n.startsWith(`${m}.`))
     return undefined
   }
   const replicaOfWrite = (w: AuditedRequest) =>
     [...replicas.values()].find((r) => w.user === r.user || w.userAgent === r.userAgent)
 
   /** Each member's Lease terms from the hub's audit log: consecutive successful Lease writes by one replica. */
-  const leaseTerms = (audit: Snapshot) => {
+  const leaseTerms = (
+    audit: Snapshot,
+    leaseOf: (w: AuditedRequest) => string | undefined = memberOfHubWrite,
+  ) => {
     const terms = new Map<string, Array<{ replica: Replica; firstUs: number; lastUs: number }>>()
     for (const w of audit.hub) {
       if (w.resource !== "leases" || !(w.code === 200 || w.code === 201)) continue
-      const m = memberOfHubWrite(w)
+      const m = leaseOf(w)
       const r = replicaOfWrite(w)
       if (!m || !r) continue
       const list = terms.get(m) ?? []
@@ -213,11 +284,27 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
 
   /** A Lease write that lost its race (create of an existing Lease, update of a stale copy): no effect. */
   const lostRace = (w: AuditedRequest) => w.resource === "leases" && w.code === 409
+  /** The placement Lease's terms, by the same rule (a release write ends a term with its writer). */
+  const placementTerms = (audit: Snapshot) =>
+    leaseTerms(audit, (w) => (w.name === placementLeaseName ? placementLeaseName : undefined)).get(
+      placementLeaseName,
+    ) ?? []
   /** Every write for a member, on the hub and in its namespace on its API server, by replica. */
   const writesFor = (audit: Snapshot, m: string) => [
     ...audit.hub.filter((w) => memberOfHubWrite(w) === m && replicaOfWrite(w) && !lostRace(w)),
-    ...(audit.members.get(serverOf(m)) ?? []).filter((w) => w.namespace === m && replicaOfWrite(w)),
+    ...((serverOf(m) === hubCluster ? audit.hub : audit.members.get(serverOf(m))) ?? []).filter(
+      (w) => w.namespace === scopeOf(m) && replicaOfWrite(w),
+    ),
   ]
+  /** Whether a write falls in `r`'s term among `terms`, no later than the fence allows after its last renewal. */
+  const inTerm = (
+    terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
+    r: Replica,
+    w: AuditedRequest,
+  ) => {
+    const term = terms.filter((x) => x.firstUs <= w.receivedUs).at(-1)
+    return term?.replica === r && w.receivedUs <= term.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000
+  }
 
   /** Jobs by (namespace, check, run): more than one is a duplicate; so is a Job name created twice. */
   const duplicateJobs = async () => {
@@ -303,15 +390,110 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     })
   }, 200_000)
 
-  it("SIGKILL a replica: its members move to the others once their Leases expire, and verify there", async () => {
-    const [r1, r2, r3] = ["r1", "r2", "r3"].map((n) => replicas.get(n)!) as [Replica, Replica, Replica]
+  it("one replica places a FleetBackupCheck into members other replicas work; every replica shows it", async () => {
+    const three = ["r1", "r2", "r3"].map((n) => replicas.get(n)!)
+    const ids = three.map((r) => r.hub.identity)
+    // Two members on two API servers that two different replicas work (rendezvous over the live three),
+    // and one on the hub's API server selected only after the placement holder is killed.
+    let k = 0
+    while (assigneeOf(`pl-a${k}`, ids) === assigneeOf(`pl-b${k}`, ids)) k++
+    const [a, b, later] = [`pl-a${k}`, `pl-b${k}`, "pl-hub"]
+    placementHomes.set(a, memberServers[0]!)
+    placementHomes.set(b, memberServers[1]!)
+    placementHomes.set(later, hubCluster)
+    const crd = await hubCluster.kubectl(["apply", "--server-side", "-f", backupCheckCrd])
+    expect(crd.code, crd.stderr).toBe(0)
+    await waitUntil("BackupChecks served by the hub's API server", 30_000, async () => {
+      return (await hubCluster.api("GET", pathOf(backupChecks, { namespace: placedNs }))).status === 200
+    })
+    for (const server of [...memberServers, hubCluster])
+      expect((await server.api("POST", "/api/v1/namespaces", { metadata: { name: placedNs } })).status).toBe(
+        201,
+      )
+    await register(a, serverOf(a), placedNs, { placement: "on" })
+    await register(b, serverOf(b), placedNs, { placement: "on" })
+    await register(later, hubCluster, placedNs, { placement: "later" })
+    const created = Date.now()
+    const fbc = {
+      apiVersion: "fleetcheck.io/v1alpha1",
+      kind: "FleetBackupCheck",
+      metadata: { name: fleetCheckName, namespace: defaultHubNamespace },
+      spec: {
+        clusterSelector: { matchLabels: { placement: "on" } },
+        template: { metadata: { namespace: placedNs }, spec: backupCheck(fleetCheckName, placedNs).spec },
+      },
+    }
+    expect((await hubCluster.api("POST", fbcPath(), fbc)).status).toBe(201)
+    const status = await waitUntil("the FleetBackupCheck verified in both members", 60_000, async () => {
+      const o = (await hubCluster.api("GET", fbcPath(fleetCheckName))).body
+      return fleetCondition(o, "FleetVerified") === "True" ? o.status : undefined
+    })
+    expect(status.counts).toMatchObject({ selected: 2, placed: 2, verified: 2 })
+    for (const m of [a, b]) expect(await placedCheck(m), `${m}: placed check`).toBeDefined()
+    const h = await holdings()
+    const holder = await placementHolder()
+    console.log(
+      `placement: ${fleetCheckName} verified in ${a} (worked by ${byIdentity(h.get(a)!.holder)?.name}) and ${b} (worked by ${byIdentity(h.get(b)!.holder)?.name}) ${Date.now() - created} ms after creation, placed by ${byIdentity(holder)?.name}`,
+    )
+    expect(h.get(a)?.holder).not.toBe(h.get(b)?.holder)
+    expect(ids).toContain(holder)
+    // Every replica shows the aggregate the holder wrote, and its dashboard says which replica it is.
+    await waitUntil("every replica shows the FleetBackupCheck verified", 20_000, async () => {
+      for (const r of three) {
+        const v = (await (await fetch(`${r.hub.url}/api/v1/fleet`)).json()) as any
+        const f = (v.fleetChecks ?? []).find((x: any) => x.name === fleetCheckName)
+        if (f?.verified.status !== "True" || f.counts.verified !== 2) return false
+      }
+      return true
+    })
+    const sorted = [...ids].sort()
+    for (const r of three) {
+      const page = await (await fetch(`${r.hub.url}/`)).text()
+      const working = [...(await holdings()).values()].filter((x) => x.holder === r.hub.identity).length
+      const said = `replica ${sorted.indexOf(r.hub.identity) + 1} of 3, working ${working} of ${allMembers().length} members${r.hub.identity === holder ? ", placing FleetBackupChecks" : ""})`
+      expect(page, r.name).toContain(said)
+      expect(page, r.name).not.toContain("(leader)")
+    }
+  }, 120_000)
+
+  it("SIGKILL the placement holder: its members move once their Leases expire and verify there; another replica places", async () => {
+    const holderId = await placementHolder()
+    killed = byIdentity(holderId)!
+    expect(killed).toBeDefined()
+    survivors = ["r1", "r2", "r3"].map((n) => replicas.get(n)!).filter((r) => r !== killed) as [
+      Replica,
+      Replica,
+    ]
+    const [r2, r3] = survivors
+    const r1 = killed
     const before = await holdings()
     const lost = heldBy(before, r1)
     expect(lost.length).toBeGreaterThan(0)
     r1.hub.process.signal("SIGKILL")
     const killedAt = Date.now()
     await r1.hub.process.exited
-    const after = await waitUntil("r1's members held by r2 or r3", 30_000, () => spreadOver([r2, r3]), 100)
+    // A member selected from now on gets its check from the new placement holder.
+    const later = "pl-hub"
+    const secret = await hubCluster.api(
+      "GET",
+      pathOf(secrets, { namespace: defaultHubNamespace, name: later }),
+    )
+    secret.body.metadata.labels.placement = "on"
+    expect(
+      (
+        await hubCluster.api(
+          "PUT",
+          pathOf(secrets, { namespace: defaultHubNamespace, name: later }),
+          secret.body,
+        )
+      ).status,
+    ).toBe(200)
+    const after = await waitUntil(
+      `${r1.name}'s members held by ${r2.name} or ${r3.name}`,
+      30_000,
+      () => spreadOver([r2, r3]),
+      100,
+    )
     const movedMs = Date.now() - killedAt
     const acquired = lost
       .map((m) => toMicros(after.get(m)!.acquireTime!) / 1000 - killedAt)
@@ -322,23 +504,41 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     // Not before the Lease could expire, and within a lease duration plus a round or two.
     expect(acquired[0]!).toBeGreaterThan(0)
     expect(acquired.at(-1)!).toBeLessThan(leaseDurationMs + 4_000)
-    // Only r1's members moved: everyone else's holder stayed, and the result is the assignment over two.
-    const settled = await waitUntil("every member held by its assignee among r2, r3", 30_000, () =>
-      assignedOver([r2, r3]),
+    // Only the killed replica's members moved: everyone else's holder stayed, and the result is the assignment over two.
+    const settled = await waitUntil(
+      `every member held by its assignee among ${r2.name}, ${r3.name}`,
+      30_000,
+      () => assignedOver([r2, r3]),
     )
     for (const m of names.filter((x) => !lost.includes(x)))
-      expect(settled.get(m)?.holder, `${m} moved though r1 did not hold it`).toBe(before.get(m)?.holder)
+      expect(settled.get(m)?.holder, `${m} moved though ${r1.name} did not hold it`).toBe(
+        before.get(m)?.holder,
+      )
     const tookMs = await freshChecksVerify(lost, "after SIGKILL")
     console.log(`SIGKILL: fresh checks in the moved members verified ${tookMs} ms after creation`)
+    const newHolder = await waitUntil("the placement Lease held by a survivor", 30_000, async () => {
+      const h = await placementHolder()
+      return survivors.some((r) => r.hub.identity === h) ? h : undefined
+    })
+    await waitUntil(`${later}: its placed check, and the status lists it placed`, 30_000, async () => {
+      if (!(await placedCheck(later))) return false
+      const o = (await hubCluster.api("GET", fbcPath(fleetCheckName))).body
+      return (o.status?.clusters ?? []).some((c: any) => c.name === later && c.placement === "Placed")
+    })
+    console.log(
+      `SIGKILL: placement taken over by ${byIdentity(newHolder)?.name}; ${later}'s placed check written and listed Placed ${Date.now() - killedAt} ms after the kill`,
+    )
   }, 120_000)
 
   it("a replica joins: it takes a share, each handover within the lease duration, and they verify there", async () => {
-    const [r2, r3] = ["r2", "r3"].map((n) => replicas.get(n)!) as [Replica, Replica]
+    const [r2, r3] = survivors
     const before = await holdings()
     const joinedAt = Date.now()
     const r4 = await startReplica("r4")
-    const settled = await waitUntil("every member held by its assignee among r2, r3, r4", 60_000, () =>
-      assignedOver([r2, r3, r4]),
+    const settled = await waitUntil(
+      "every member held by its assignee among the survivors and r4",
+      60_000,
+      () => assignedOver([r2, r3, r4]),
     )
     const moved = names.filter((m) => before.get(m)?.holder !== settled.get(m)?.holder)
     console.log(
@@ -363,7 +563,8 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   }, 120_000)
 
   it("SIGSTOP a replica 30 s: its members move once its Leases expire; after SIGCONT it writes nothing for them", async () => {
-    const [r2, r3, r4] = ["r2", "r3", "r4"].map((n) => replicas.get(n)!) as [Replica, Replica, Replica]
+    const [r2, r3] = survivors
+    const r4 = replicas.get("r4")!
     const before = await holdings()
     const frozen = heldBy(before, r2)
     expect(frozen.length).toBeGreaterThan(0)
@@ -371,19 +572,19 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     const frozenAt = Date.now()
     let taken: Map<string, Holding>
     try {
-      taken = await waitUntil("r2's members held by r3 or r4", 30_000, async () => {
+      taken = await waitUntil(`${r2.name}'s members held by ${r3.name} or ${r4.name}`, 30_000, async () => {
         const h = await holdings()
         return frozen.every((m) => [r3, r4].some((r) => h.get(m)?.holder === r.hub.identity)) ? h : undefined
       })
       console.log(
-        `SIGSTOP: ${frozen.length} members of r2 held by others ${Date.now() - frozenAt} ms after the freeze`,
+        `SIGSTOP: ${frozen.length} members of ${r2.name} held by others ${Date.now() - frozenAt} ms after the freeze`,
       )
       await sleep(Math.max(0, frozenAt + 30_000 - Date.now()))
     } finally {
       r2.hub.process.thaw()
     }
     // The thawed replica runs again, sees its Leases gone, and joins again (it may win members back).
-    await waitUntil("r2 to log its lost member Leases", 20_000, () =>
+    await waitUntil(`${r2.name} to log its lost member Leases`, 20_000, () =>
       r2.hub.logLines().some((l) => l.message.startsWith("member Lease not renewed")),
     )
     await sleep(5_000)
@@ -403,27 +604,44 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
           w.receivedUs > old.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000 &&
           w.receivedUs < back,
       )
-      expect(formatRequests(late, 20), `${m}: r2 wrote after its Lease term ended`).toBe("")
+      expect(formatRequests(late, 20), `${m}: ${r2.name} wrote after its Lease term ended`).toBe("")
     }
-    expect(taken!.size).toBe(memberCount)
+    expect(taken!.size).toBe(allMembers().length)
     const tookMs = await freshChecksVerify(frozen, "after SIGSTOP")
-    console.log(`SIGSTOP: fresh checks in r2's former members verified ${tookMs} ms after creation`)
+    console.log(`SIGSTOP: fresh checks in ${r2.name}'s former members verified ${tookMs} ms after creation`)
   }, 150_000)
 
   it("every live replica answers for the whole fleet, the same", async () => {
-    const live = ["r2", "r3", "r4"].map((n) => replicas.get(n)!)
+    const live = [...survivors, replicas.get("r4")!]
     const views = await waitUntil("every replica's fleet view equal", 30_000, async () => {
       const vs = await Promise.all(live.map(fleetOf))
       const first = JSON.stringify(vs[0])
       return vs.every((v) => JSON.stringify(v) === first) ? vs : undefined
     }).catch(async (e) => {
-      const vs = await Promise.all(live.map(fleetOf))
+      // Only what differs from the first replica's view, item by item.
+      const vs = (await Promise.all(live.map(fleetOf))) as Array<Record<string, unknown>>
+      const differing = vs.map((v) =>
+        Object.keys(v).flatMap((k) => {
+          const mine = v[k]
+          const first = vs[0]![k]
+          if (JSON.stringify(mine) === JSON.stringify(first)) return []
+          if (!Array.isArray(mine) || !Array.isArray(first)) return [`${k}: ${JSON.stringify(mine)}`]
+          const other = new Set(first.map((x) => JSON.stringify(x)))
+          return [
+            `${k}: ${mine
+              .map((x) => JSON.stringify(x))
+              .filter((x) => !other.has(x))
+              .join(" ")}`,
+          ]
+        }),
+      )
       throw new Error(
-        `${String(e)}\n${vs.map((v, i) => `${live[i]!.name}: ${JSON.stringify(v).slice(0, 1500)}`).join("\n")}`,
+        `${String(e)}\n${differing.map((d, i) => `${live[i]!.name}: ${d.join("\n  ").slice(0, 3000)}`).join("\n")}\n${live[0]!.name}'s fleetChecks: ${JSON.stringify(vs[0]!.fleetChecks)}`,
       )
     })
     const v = views[0] as Awaited<ReturnType<typeof fleetOf>> & { clusters: unknown[] }
-    expect(v.clusters).toHaveLength(memberCount)
+    expect(v.clusters).toHaveLength(allMembers().length)
+    expect((v as any).fleetChecks).toHaveLength(1)
     expect((v as any).leader).toBe(true)
     for (const r of live) expect((await fetch(`${r.hub.url}/readyz`)).status).toBe(200)
     console.log(`views: ${live.length} replicas agree: ${JSON.stringify((v as any).summary)}`)
@@ -432,14 +650,27 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   it("over the whole run: each member's writes came from its Lease holder of the moment; no duplicate Job", async () => {
     const audit = auditSnapshot()
     const terms = leaseTerms(audit)
+    const placing = placementTerms(audit)
     const problems: string[] = []
     let counted = 0
-    for (const m of names) {
+    let placedWrites = 0
+    for (const m of allMembers()) {
       const t = terms.get(m) ?? []
       expect(t.length, `${m}: Lease terms`).toBeGreaterThan(0)
       for (const w of writesFor(audit, m)) {
         counted++
         const r = replicaOfWrite(w)!
+        // The placed check itself (not its status) is written by the placement holder of the moment.
+        if (
+          w.resource === "backupchecks" &&
+          w.name === fleetCheckName &&
+          w.subresource === undefined &&
+          inTerm(placing, r, w) &&
+          !inTerm(t, r, w)
+        ) {
+          placedWrites++
+          continue
+        }
         // The term this write falls in: the last one started at or before it.
         const term = t.filter((x) => x.firstUs <= w.receivedUs).at(-1)
         if (!term || term.replica !== r)
@@ -452,10 +683,22 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
           )
       }
     }
+    // FleetBackupCheck writes (status, finalizer): the placement holder's of the moment, one at a time.
+    const fleetWrites = audit.hub.filter((w) => w.resource === "fleetbackupchecks" && replicaOfWrite(w))
+    for (const w of fleetWrites)
+      if (!inTerm(placing, replicaOfWrite(w)!, w))
+        problems.push(
+          `${replicaOfWrite(w)!.name} wrote a FleetBackupCheck outside its placement term: ${formatRequests([w])}`,
+        )
+    const fleetWriters = [...new Set(fleetWrites.map((w) => replicaOfWrite(w)!.name))]
+    expect(fleetWrites.length).toBeGreaterThan(0)
+    console.log(
+      `audit: ${fleetWrites.length} FleetBackupCheck writes by ${fleetWriters.join(", ")} within ${placing.length} placement Lease terms (${placing.map((x) => x.replica.name).join(" → ")}); ${placedWrites} placed-check writes by the placement holder in members it did not work`,
+    )
     const races = audit.hub.filter((w) => lostRace(w) && memberOfHubWrite(w) !== undefined).length
     const holders = new Set([...terms.values()].flatMap((t) => t.map((x) => x.replica.name)))
     console.log(
-      `audit: ${counted} writes for ${memberCount} members (besides ${races} Lease writes that lost a race: 409) checked against ${[...terms.values()].reduce((n, t) => n + t.length, 0)} Lease terms of ${[...holders].sort().join(", ")}`,
+      `audit: ${counted} writes for ${allMembers().length} members (besides ${races} Lease writes that lost a race: 409) checked against ${[...terms.values()].reduce((n, t) => n + t.length, 0)} Lease terms of ${[...holders].sort().join(", ")}`,
     )
     expect(problems.slice(0, 30).join("\n")).toBe("")
     expect((await duplicateJobs()).join("\n"), "duplicate restore Jobs").toBe("")

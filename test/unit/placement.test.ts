@@ -4,6 +4,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { parseFleetBackupCheck, placementLabelError } from "../../src/api/fleetbackupcheck.ts"
 import { describeSelector, LabelSelectorSchema, selectorMatches } from "../../src/api/label-selector.ts"
+import { mirroredView, noPlacementHolder } from "../../src/hub/placement/mirror.ts"
 import {
   countsOf,
   fleetConditions,
@@ -188,5 +189,63 @@ describe("Placed and FleetVerified", () => {
       status: "Unknown",
       reason: "Deleting",
     })
+  })
+})
+
+describe("a sharded replica that does not place shows the holder's status (ADR 0011 decision 8)", () => {
+  const written = {
+    ...fbc(),
+    status: {
+      observedGeneration: 1,
+      conditions: [
+        { type: "Placed", status: "True", reason: "Placed", message: "2 of 2", lastTransitionTime: "t" },
+        {
+          type: "FleetVerified",
+          status: "True",
+          reason: "AllVerified",
+          message: "",
+          lastTransitionTime: "t",
+        },
+      ],
+      // As read back from the API server: keys sorted.
+      counts: { failed: 0, placed: 2, selected: 2, unknown: 0, verified: 2 },
+      clusters: [
+        { name: "m1", placement: "Placed", verified: "True", reason: "Verified" },
+        { name: "m2", placement: "Placed", verified: "True", reason: "Verified" },
+      ],
+    },
+  }
+
+  it("with a live holder: the status as written, counts in the view's own order", () => {
+    const view = mirroredView(written as never, "hub-a")
+    assert.deepStrictEqual(view.verified, { status: "True", reason: "AllVerified", message: "" })
+    assert.strictEqual(
+      JSON.stringify(view.counts),
+      JSON.stringify({ selected: 2, placed: 2, verified: 2, failed: 0, unknown: 0 }),
+    )
+    assert.strictEqual(view.selector, "env=prod")
+    assert.deepStrictEqual(view.check, { namespace: "shop", name: "orders" })
+    assert.deepStrictEqual(
+      view.clusters.map((c) => c.status),
+      ["True", "True"],
+    )
+  })
+
+  it("with no live holder: nothing green, every verdict Unknown/NoPlacementHolder", () => {
+    const view = mirroredView(written as never, undefined)
+    assert.strictEqual(view.verified.status, "Unknown")
+    assert.strictEqual(view.verified.reason, noPlacementHolder.reason)
+    assert.deepStrictEqual(view.counts, { selected: 2, placed: 2, verified: 0, failed: 0, unknown: 2 })
+    for (const c of view.clusters) {
+      assert.strictEqual(c.status, "Unknown")
+      assert.strictEqual(c.reason, noPlacementHolder.reason)
+    }
+  })
+
+  it("an invalid spec shows no selector or check, as the placement controller shows it", () => {
+    const bad = { ...written, metadata: { ...written.metadata, name: "x".repeat(70) } }
+    const view = mirroredView(bad as never, "hub-a")
+    assert.strictEqual(view.selector, "")
+    assert.isUndefined(view.check)
   })
 })

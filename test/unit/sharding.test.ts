@@ -1,8 +1,8 @@
 import { Effect, Fiber } from "effect"
-import { describe, expect, it } from "vitest"
+import { assert, describe, expect, it } from "vitest"
 import { memberLeaseName, replicaLeaseName } from "../../src/api/names.ts"
 import { assignAll, assigneeOf } from "../../src/hub/sharding/assignment.ts"
-import { unshardedFence } from "../../src/hub/sharding/shards.ts"
+import { describeShare, unshardedFence } from "../../src/hub/sharding/shards.ts"
 
 const members = Array.from({ length: 600 }, (_, i) => `member-${String(i).padStart(4, "0")}`)
 const replicas = ["hub-a_1f2e3d4c", "hub-b_5a6b7c8d", "hub-c_9e0f1a2b"]
@@ -104,5 +104,24 @@ describe("the member fence without sharding", () => {
     const stopped = ticks
     await new Promise((r) => setTimeout(r, 30))
     expect(ticks).toBe(stopped)
+  })
+})
+
+describe("what a sharded replica's dashboard says it is", () => {
+  it("its place among the live replicas, the members it works, and whether it places", () => {
+    const live = ["hub-a_1", "hub-b_2", "hub-c_3"]
+    const share = { live, working: 11, members: 32 }
+    assert.strictEqual(
+      describeShare({ ...share, identity: "hub-b_2", placing: true }),
+      "replica 2 of 3, working 11 of 32 members, placing FleetBackupChecks",
+    )
+    assert.strictEqual(
+      describeShare({ ...share, identity: "hub-a_1", working: 1, members: 1, placing: false }),
+      "replica 1 of 3, working 1 of 1 member",
+    )
+    assert.strictEqual(
+      describeShare({ ...share, identity: "hub-d_4", working: 0, placing: false }),
+      "replica not announced yet, working 0 of 32 members",
+    )
   })
 })

@@ -20,7 +20,8 @@ import {
 } from "./layout.ts"
 
 export interface OverviewOptions {
-  readonly leader: boolean
+  /** What this hub process is: "leader", "standby", or with sharding its share (HubHttpOptions.role). */
+  readonly role: string
   readonly hub: string
   readonly pageSize: number
   readonly page: number
@@ -127,7 +128,7 @@ export const renderOverview = (view: FleetView, opts: OverviewOptions): string =
         ? "No BackupChecks match these filters."
         : "No BackupChecks yet."
   const body = html`<h1>fleetcheck</h1>
-<p class="summary">${plural(summary.clusters, "cluster")}${summary.healthyClusters < summary.clusters ? html` (<strong class="bad-text">${summary.clusters - summary.healthyClusters} need attention</strong>)` : nothing} · ${plural(summary.checks.total, "check")} · <strong${failed > 0 ? html` class="bad-text"` : nothing}>${failed} failing</strong> · ${unknown} unknown · ${summary.checks.verified} verified${summary.checks.objectivesMissed ? html` · <strong class="bad-text">${summary.checks.objectivesMissed} missed an objective</strong>` : nothing} · generated ${time(view.generatedAt)} by ${opts.hub}${opts.leader ? " (leader)" : " (standby)"}</p>
+<p class="summary">${plural(summary.clusters, "cluster")}${summary.healthyClusters < summary.clusters ? html` (<strong class="bad-text">${summary.clusters - summary.healthyClusters} need attention</strong>)` : nothing} · ${plural(summary.checks.total, "check")} · <strong${failed > 0 ? html` class="bad-text"` : nothing}>${failed} failing</strong> · ${unknown} unknown · ${summary.checks.verified} verified${summary.checks.objectivesMissed ? html` · <strong class="bad-text">${summary.checks.objectivesMissed} missed an objective</strong>` : nothing} · generated ${time(view.generatedAt)} by ${opts.hub} (${opts.role})</p>
 <nav class="quick"><a href="./">All checks</a> · <a href="./?failing=true">Failing or unknown only</a></nav>
 ${filterForm(opts.params)}
 ${pager("./", keep, opts.page, pages)}

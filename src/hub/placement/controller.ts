@@ -95,6 +95,12 @@ export interface PlacementOptions {
   /** Told of each view as it is set, and of each FleetBackupCheck gone (the metrics). */
   readonly onView: (view: FleetCheckView) => void
   readonly onGone: (namespace: string, name: string) => void
+  /**
+   * The client placed checks are written with in a member: its engine's own (fenced like all leader
+   * work) unless given. With sharding, the placement Lease's holder writes through the member's
+   * connection fenced by that Lease, in members other replicas work (ADR 0011 decision 8).
+   */
+  readonly memberWriter?: (access: MemberAccess) => KubeClient
 }
 
 /** Placement only talks to the hub and, briefly, to members (fenced, under the global limit). */
@@ -112,7 +118,7 @@ const refusalOf = (e: unknown): string | undefined =>
     ? `${e.status} ${e.reason || "Error"}: ${e.message}`
     : undefined
 
-const problemOf = (fbc: unknown, namespace: string, name: string): SpecProblem | undefined => {
+export const problemOf = (fbc: unknown, namespace: string, name: string): SpecProblem | undefined => {
   const nameError = placementLabelError(namespace, name)
   if (nameError) return { reason: fleetReasons.InvalidSpec, message: `metadata.name: ${nameError}` }
   const parsed = parseFleetBackupCheck(fbc)
@@ -125,7 +131,7 @@ const problemOf = (fbc: unknown, namespace: string, name: string): SpecProblem |
 }
 
 /** The FleetBackupCheck as the fleet API shows it (see FleetCheckViewSchema). */
-const viewOf = (
+export const viewOf = (
   fbc: FleetBackupCheck,
   status: FleetBackupCheckStatus,
   shown: { readonly selector: string; readonly check?: { namespace: string; name: string } },
@@ -144,7 +150,14 @@ const viewOf = (
     generation: fbc.metadata.generation ?? 0,
     placed: conditionOf(fleetConditionTypes.Placed),
     verified: conditionOf(fleetConditionTypes.FleetVerified),
-    counts: status.counts ?? { selected: 0, placed: 0, verified: 0, failed: 0, unknown: 0 },
+    // In one order whatever the source (a status read back from the API server has its keys sorted).
+    counts: {
+      selected: status.counts?.selected ?? 0,
+      placed: status.counts?.placed ?? 0,
+      verified: status.counts?.verified ?? 0,
+      failed: status.counts?.failed ?? 0,
+      unknown: status.counts?.unknown ?? 0,
+    },
     clusters: (status.clusters ?? []).map((c) => ({
       name: c.name,
       placement: c.placement,
@@ -175,6 +188,7 @@ const viewOf = (
 
 export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptions) {
   const { hubClient, namespace, members } = options
+  const writerOf = options.memberWriter ?? ((access: MemberAccess) => access.client)
   const fbcs = yield* makeInformer<FleetBackupCheck>({
     client: hubClient,
     name: "fleetbackupchecks",
@@ -357,13 +371,13 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       if (last && last.hash === want.hash && now < last.retryAt)
         return unverifiedEntry(cluster, "Refused", "PlacementRefused", last.message, "False")
       const write = existing
-        ? access.client.request({
+        ? writerOf(access).request({
             method: "PUT",
             path: pathOf(backupChecks, { namespace: want.namespace, name: want.name }),
             query: { fieldValidation: "Strict" },
             body: replacedObject(existing, want),
           })
-        : access.client.request({
+        : writerOf(access).request({
             method: "POST",
             path: pathOf(backupChecks, { namespace: want.namespace }),
             query: { fieldValidation: "Strict" },
@@ -405,7 +419,7 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
   const unplace = (access: MemberAccess, cluster: string, check: BackupCheck) =>
     check.metadata.deletionTimestamp
       ? Effect.void
-      : access.client
+      : writerOf(access)
           .request({
             method: "DELETE",
             path: pathOf(backupChecks, { namespace: namespaceOf(check), name: check.metadata.name }),
@@ -584,7 +598,7 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
         if (!check || !isPlacedBy(check, labelValue) || check.metadata.deletionTimestamp) continue
         const value = sourceAnnotation(drills, source)
         if (check.metadata.annotations?.[annotationDrills] === value) continue
-        yield* seen.access.client
+        yield* writerOf(seen.access)
           .request({
             method: "PUT",
             path: pathOf(backupChecks, { namespace: want.namespace, name: want.name }),

@@ -88,6 +88,23 @@ export const unshardedFence = (leader: {
   markRecorded: () => {},
 })
 
+/**
+ * What a sharded replica is, as its dashboard says: which of the live replicas (sorted by identity, as
+ * every replica lists them), how many members it works, and whether it places FleetBackupChecks.
+ */
+export const describeShare = (share: {
+  readonly identity: string
+  readonly live: ReadonlyArray<string>
+  readonly working: number
+  readonly members: number
+  readonly placing: boolean
+}): string => {
+  const position = share.live.indexOf(share.identity) + 1
+  const of = position > 0 ? `replica ${position} of ${share.live.length}` : "replica not announced yet"
+  const placing = share.placing ? ", placing FleetBackupChecks" : ""
+  return `${of}, working ${share.working} of ${share.members} member${share.members === 1 ? "" : "s"}${placing}`
+}
+
 /** Why a member is not worked by any live replica, for the views. */
 export interface Ownerless {
   readonly reason: "NoOwner"
