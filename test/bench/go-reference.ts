@@ -63,12 +63,23 @@ export interface GoReferenceResult {
   readonly gomaxprocs: number
   readonly workers: number
   readonly hashOnce: boolean
+  readonly deepEqual: boolean
 }
 
 /** Runs the reference against the cluster of `kubeconfigPath`: every check of `namespace`, `rounds` times. */
 export const runGoReference = async (
   binary: string,
-  options: { kubeconfigPath: string; namespace: string; rounds: number; workers: number; hashOnce: boolean },
+  options: {
+    kubeconfigPath: string
+    namespace: string
+    rounds: number
+    workers: number
+    hashOnce: boolean
+    /** The first version's status comparison (equality.Semantic.DeepEqual of the whole status). */
+    deepEqual: boolean
+    /** A pprof CPU profile of the rounds is written here. */
+    cpuProfile?: string
+  },
 ): Promise<GoReferenceResult> => {
   const out = await run(
     binary,
@@ -80,6 +91,8 @@ export const runGoReference = async (
       "-workers",
       String(options.workers),
       ...(options.hashOnce ? ["-hash-once"] : []),
+      ...(options.deepEqual ? ["-deep-equal"] : []),
+      ...(options.cpuProfile ? ["-cpuprofile", options.cpuProfile] : []),
     ],
     // One core, as the issue's figures were taken (the JavaScript engine is one thread).
     { ...process.env, KUBECONFIG: options.kubeconfigPath, GOMAXPROCS: "1" },

@@ -1,17 +1,30 @@
 // Converged reconciles per second: N real BackupChecks on a real cluster are verified once, then every
 // key is re-queued R times; a converged reconcile reads only the caches, so this measures the engine's
-// own cost on the one JavaScript thread (i.e. per core). Also checks that nothing was written, and prints
+// own cost on the one JavaScript thread (i.e. per core). The engine runs as the hub runs it: the hub's
+// tracing layer (OpenTelemetry, default environment: every reconcile a span, none exported), its
+// metrics hooks, the hub-wide reconcile limit and its default log level. Also checks that nothing was written, and prints
 // the process's CPU-seconds per 10,000 converged reconciles (the figure compared with controller-runtime
 // in issue 11); the wait for each round's end is a hook, not a polling loop, so it adds no CPU of its own.
 // Then, with fleetcheck's engine stopped, the controller-runtime reference (test/bench/crreference, Go,
 // GOMAXPROCS=1, built once into the cache) reconciles the same converged checks on the same API server
 // the same number of rounds, and its CPU-seconds per 10,000 are printed next to fleetcheck's
-// (GO_REFERENCE=0 skips it; GO_WORKERS sets its MaxConcurrentReconciles, default 1).
+// (GO_REFERENCE=0 skips it; GO_WORKERS sets its MaxConcurrentReconciles, default 1; GO_DEEP_EQUAL=1
+// runs its first version, which compared the whole desired status by reflection every reconcile).
+// PROFILE_DIR=dir writes CPU profiles of the converged rounds only: fleetcheck.cpuprofile (V8, open in
+// Chrome DevTools) and crreference-<variant>.pprof (`go tool pprof`).
 //   node test/bench/reconcile.ts [checks=300] [rounds=20]
+
+import { writeFileSync } from "node:fs"
+import { Session } from "node:inspector/promises"
+import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
-import { Effect, Exit, References, Scope } from "effect"
+import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
 import { installFleetcheck, startFleet } from "../../clusters/local-fleet/index.ts"
+import { makeGlobalLimit } from "../../src/engine/global-limit.ts"
+import { defaultHubConfig } from "../../src/hub/config.ts"
 import { startMemberEngine } from "../../src/hub/member-engine.ts"
+import { makeMetrics } from "../../src/observability/metrics/index.ts"
+import { TracingLive } from "../../src/observability/tracing.ts"
 import { engineOptions } from "../support/engine.ts"
 import { sleep } from "../support/wait.ts"
 import { goReference, runGoReference } from "./go-reference.ts"
@@ -29,6 +42,27 @@ try {
   const kc = new KubeConfig()
   kc.loadFromString(c.kubeconfig)
   const scope = await Effect.runPromise(Scope.make())
+  // The hub's observability, as launchHub builds it (src/hub/launch.ts) and member.ts wires it.
+  const services = await Effect.runPromise(
+    Layer.buildWithScope(
+      Layer.mergeAll(
+        Logger.layer([Logger.consoleJson]),
+        Layer.succeed(References.MinimumLogLevel, defaultHubConfig.logLevel),
+        TracingLive({ serviceName: "fleetcheck-hub" }),
+      ),
+      scope,
+    ),
+  )
+  const metrics = makeMetrics({
+    checkSeries: defaultHubConfig.checkMetrics,
+    memberHistograms: defaultHubConfig.memberHistograms,
+  })
+  const hubHooks = metrics.controllerHooks("backupcheck")
+  const queueHooks = metrics.queueHooks("member")
+  metrics.initCluster("member", { maxConcurrentReconciles: defaultHubConfig.workersPerMember })
+  const globalLimit = await Effect.runPromise(
+    makeGlobalLimit(defaultHubConfig.maxConcurrentReconciles, metrics.addGlobalInflight),
+  )
   // Reconciles counted by the controller's hook; `until` resolves when the count reaches its target.
   let reconciled = 0
   let until: { readonly count: number; readonly resolve: () => void } | undefined
@@ -36,14 +70,18 @@ try {
     startMemberEngine(
       engineOptions("member", kc, {
         runningPollMs: 2_000,
+        globalLimit,
+        queueHooks,
         controllerHooks: {
-          onReconcile: () => {
+          onReconcile: (cluster, outcome, seconds) => {
+            hubHooks.onReconcile?.(cluster, outcome, seconds)
             reconciled++
             if (until !== undefined && reconciled >= until.count) until.resolve()
           },
+          ...(hubHooks.onActiveWorkers ? { onActiveWorkers: hubHooks.onActiveWorkers } : {}),
         },
       }),
-    ).pipe(Scope.provide(scope), Effect.provideService(References.MinimumLogLevel, "Warn")),
+    ).pipe(Scope.provide(scope), Effect.provide(services)),
   )
   for (let i = 0; i < n; i += 25) {
     await Promise.all(
@@ -80,6 +118,14 @@ try {
         .sort(),
     )
   const rvBefore = await versions()
+  const profileDir = process.env.PROFILE_DIR
+  const profiler = profileDir === undefined ? undefined : new Session()
+  if (profiler !== undefined) {
+    profiler.connect()
+    await profiler.post("Profiler.enable")
+    await profiler.post("Profiler.setSamplingInterval", { interval: 100 }) // µs
+    await profiler.post("Profiler.start")
+  }
   const keys = engine.checks.store.keys()
   const start = engine.stats.reconciles
   const startHook = reconciled
@@ -95,6 +141,11 @@ try {
   }
   const cpu = process.cpuUsage(cpu0)
   const seconds = (performance.now() - began) / 1000
+  if (profiler !== undefined && profileDir !== undefined) {
+    const { profile } = await profiler.post("Profiler.stop")
+    writeFileSync(join(profileDir, "fleetcheck.cpuprofile"), JSON.stringify(profile))
+    profiler.disconnect()
+  }
   const done = engine.stats.reconciles - start
   const cpuSeconds = (cpu.user + cpu.system) / 1e6
   const rvAfter = await versions()
@@ -122,11 +173,15 @@ try {
         rounds,
         workers,
         hashOnce,
+        deepEqual: process.env.GO_DEEP_EQUAL === "1",
+        ...(profileDir === undefined
+          ? {}
+          : { cpuProfile: join(profileDir, `crreference-${hashOnce ? "hash-once" : "hash-every"}.pprof`) }),
       })
       const goPer10k = (go.cpuSeconds / go.reconciles) * 10_000
       const rvGo = await versions()
       console.log(
-        `controller-runtime reference (Go, GOMAXPROCS=${go.gomaxprocs}, ${go.workers} worker(s), spec hash ${go.hashOnce ? "kept per object" : "every reconcile"}): ${go.reconciles} converged reconciles of ${go.checks} checks in ${go.wallSeconds.toFixed(2)} s = ${Math.round(go.reconciles / go.wallSeconds)} per second; ${goPer10k.toFixed(3)} CPU-seconds per 10,000 (process user+system ${go.cpuSeconds.toFixed(2)} s); writes ${go.writes}, undecided ${go.undecided}, errors ${go.errors}; resourceVersions ${rvGo === rvAfter ? "unchanged" : "CHANGED"}`,
+        `controller-runtime reference (Go, GOMAXPROCS=${go.gomaxprocs}, ${go.workers} worker(s), spec hash ${go.hashOnce ? "kept per object" : "every reconcile"}, status ${go.deepEqual ? "compared whole by reflection" : "changed in place, written when a setter changed it"}): ${go.reconciles} converged reconciles of ${go.checks} checks in ${go.wallSeconds.toFixed(2)} s = ${Math.round(go.reconciles / go.wallSeconds)} per second; ${goPer10k.toFixed(3)} CPU-seconds per 10,000 (process user+system ${go.cpuSeconds.toFixed(2)} s); writes ${go.writes}, undecided ${go.undecided}, errors ${go.errors}; resourceVersions ${rvGo === rvAfter ? "unchanged" : "CHANGED"}`,
       )
       console.log(
         `  fleetcheck / controller-runtime CPU per converged reconcile: ${(ours / goPer10k).toFixed(2)} (${ours.toFixed(3)} vs ${goPer10k.toFixed(3)} CPU-seconds per 10,000, ${checksLabel(n)})`,
