@@ -14,6 +14,7 @@
 import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
 import * as OtelTracer from "@effect/opentelemetry/OtelTracer"
 import type * as Resource from "@effect/opentelemetry/Resource"
+import { createContextKey, context as otelContext } from "@opentelemetry/api"
 import {
   BatchSpanProcessor,
   ConsoleSpanExporter,
@@ -21,7 +22,7 @@ import {
   type SpanExporter,
   type SpanProcessor,
 } from "@opentelemetry/sdk-trace-base"
-import { Context, Data, Effect, Exit, type Layer, Option, Result, type Tracer } from "effect"
+import { Context, Data, Effect, Exit, Layer, Option, Result, Tracer } from "effect"
 
 export class TracingConfigError extends Data.TaggedError("TracingConfigError")<{
   readonly message: string
@@ -120,24 +121,57 @@ const serviceNameFromEnv = (env: Env): boolean =>
   /(^|,)\s*service\.name\s*=/.test(envValue(env, "OTEL_RESOURCE_ATTRIBUTES") ?? "")
 
 /**
+ * Whether OpenTelemetry's global context manager propagates contexts: `context.with(c, f)` makes `c`
+ * the active context inside `f`. None is registered by the hub, and then OpenTelemetry's default
+ * no-op manager runs `f` with the root context still active.
+ */
+export const otelContextPropagates = (): boolean => {
+  const probe = otelContext.active().setValue(propagationProbe, true)
+  return otelContext.with(probe, () => otelContext.active() === probe)
+}
+const propagationProbe = createContextKey("fleetcheck/observability/tracing/propagation-probe")
+
+/**
+ * The OpenTelemetry tracer's spans, without its per-operation context hook when no context manager
+ * propagates contexts. The hook makes each Effect operation run under `context.with(the current span)`
+ * so OpenTelemetry-instrumented libraries see the span; it builds two OpenTelemetry contexts per
+ * operation, and with the no-op manager nothing can ever read them: that was about 40% of a converged
+ * reconcile's CPU (issue 11). Every span is created, parented and exported exactly as before.
+ */
+const spansOnlyWhenContextIsInert = Layer.effect(
+  Tracer.Tracer,
+  Effect.map(
+    Effect.tracer,
+    (tracer): Tracer.Tracer =>
+      tracer.context === undefined || otelContextPropagates()
+        ? tracer
+        : Tracer.make({ span: (options) => tracer.span(options) }),
+  ),
+)
+
+/**
  * The tracing layer: provide it once, at the top of the app. Its scope's end flushes and shuts the
  * processors down (an InMemorySpanExporter is emptied then: read test spans before).
  */
 export const TracingLive = (
   options: TracingOptions = {},
 ): Layer.Layer<Resource.Resource, TracingConfigError> =>
-  NodeSdk.layer(
-    Effect.gen(function* () {
-      const env = process.env
-      const chosen = options.spanProcessor ?? (yield* spanProcessorsFromEnv(env))
-      const processors = Array.isArray(chosen) ? chosen : [chosen as SpanProcessor]
-      // an explicit name wins; otherwise the environment's, and only then our default
-      const serviceName = options.serviceName ?? (serviceNameFromEnv(env) ? undefined : "fleetcheck")
-      return {
-        spanProcessor: processors.length > 0 ? processors : [new NoopSpanProcessor()],
-        ...(serviceName !== undefined ? { resource: { serviceName } } : {}),
-      }
-    }),
+  spansOnlyWhenContextIsInert.pipe(
+    Layer.provideMerge(
+      NodeSdk.layer(
+        Effect.gen(function* () {
+          const env = process.env
+          const chosen = options.spanProcessor ?? (yield* spanProcessorsFromEnv(env))
+          const processors = Array.isArray(chosen) ? chosen : [chosen as SpanProcessor]
+          // an explicit name wins; otherwise the environment's, and only then our default
+          const serviceName = options.serviceName ?? (serviceNameFromEnv(env) ? undefined : "fleetcheck")
+          return {
+            spanProcessor: processors.length > 0 ? processors : [new NoopSpanProcessor()],
+            ...(serviceName !== undefined ? { resource: { serviceName } } : {}),
+          }
+        }),
+      ),
+    ),
   )
 
 const traceparentPattern = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/

@@ -1,6 +1,6 @@
 import * as OtelTracer from "@effect/opentelemetry/OtelTracer"
 import { assert, describe, it } from "@effect/vitest"
-import { SpanStatusCode } from "@opentelemetry/api"
+import { context, type Context as OtelContext, ROOT_CONTEXT, SpanStatusCode, trace } from "@opentelemetry/api"
 import {
   BatchSpanProcessor,
   InMemorySpanExporter,
@@ -10,6 +10,7 @@ import {
 import { Effect, Option, Result } from "effect"
 import {
   linkToTraceparent,
+  otelContextPropagates,
   recordSpan,
   spanContextFromTraceparent,
   spanProcessorsFromEnv,
@@ -286,5 +287,82 @@ describe("tracing: configuration", () => {
       assert.match(span.spanId, /^[0-9a-f]{16}$/)
       assert.match(traceparentOf(span), /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/)
     }).pipe(Effect.provide(TracingLive())),
+  )
+
+  // The OTel tracer's per-operation context hook only matters to a context manager that propagates.
+  it.effect(
+    "without a propagating context manager the tracer has no context hook, and every span is still exported",
+    () =>
+      withExporter((spans) =>
+        Effect.gen(function* () {
+          assert.isFalse(
+            otelContextPropagates(),
+            "OpenTelemetry's default context manager does not propagate",
+          )
+          assert.strictEqual((yield* Effect.tracer).context, undefined)
+          const parent = Effect.gen(function* () {
+            yield* Effect.void.pipe(Effect.withSpan("child"))
+            // nothing outside Effect sees a span: the active context stays the root
+            assert.strictEqual(trace.getActiveSpan(), undefined)
+          }).pipe(Effect.withSpan("parent", { root: true }))
+          for (let i = 0; i < 3; i++) yield* parent
+          const exported = spans()
+          assert.strictEqual(exported.filter((s) => s.name === "parent").length, 3)
+          const children = exported.filter((s) => s.name === "child")
+          assert.strictEqual(children.length, 3)
+          for (const child of children) {
+            const own = exported.find((s) => s.spanContext().spanId === child.parentSpanContext?.spanId)
+            assert.strictEqual(own?.name, "parent")
+            assert.strictEqual(own?.spanContext().traceId, child.spanContext().traceId)
+          }
+        }),
+      ),
+  )
+
+  it.effect(
+    "with a propagating context manager the hook stays: OpenTelemetry code sees the current span",
+    () => {
+      // The smallest propagating manager: a stack of the contexts `with` entered.
+      const stack: Array<OtelContext> = []
+      const manager = {
+        active: () => stack.at(-1) ?? ROOT_CONTEXT,
+        with: <A extends unknown[], F extends (...args: A) => ReturnType<F>>(
+          ctx: OtelContext,
+          fn: F,
+          thisArg?: ThisParameterType<F>,
+          ...args: A
+        ): ReturnType<F> => {
+          stack.push(ctx)
+          try {
+            return fn.call(thisArg, ...args)
+          } finally {
+            stack.pop()
+          }
+        },
+        bind: <T>(_ctx: OtelContext, target: T): T => target,
+        enable() {
+          return this
+        },
+        disable() {
+          stack.length = 0
+          return this
+        },
+      }
+      return Effect.acquireUseRelease(
+        Effect.sync(() => context.setGlobalContextManager(manager)),
+        () =>
+          withExporter((spans) =>
+            Effect.gen(function* () {
+              assert.isTrue(otelContextPropagates())
+              assert.isFunction((yield* Effect.tracer).context)
+              const seen = yield* Effect.sync(() => trace.getActiveSpan()?.spanContext().spanId).pipe(
+                Effect.withSpan("reconcile backupcheck", { root: true }),
+              )
+              assert.strictEqual(seen, byName(spans(), "reconcile backupcheck").spanContext().spanId)
+            }),
+          ),
+        () => Effect.sync(() => context.disable()),
+      )
+    },
   )
 })
