@@ -19,11 +19,27 @@ const unitMs: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1
 // Go's time.Duration is int64 nanoseconds; anything longer is a typo, not a schedule.
 const maxDurationMs = 9_223_372_036_854
 
+// A converged reconcile reads the same few durations (timeout, maxStaleness, validationWindow) every
+// time: parsed ones are remembered, a bounded set (cleared when full) since specs are input.
+const parsedDurations = new Map<string, number>()
+const maxParsedDurations = 1024
+
 /**
  * Parses a Go-style duration (h, m, s, ms; integer parts, any order) into milliseconds, or says why
  * not: `typeof parseDuration(s) === "number"` is the success test.
  */
 export const parseDuration = (s: string): number | DurationError => {
+  const known = parsedDurations.get(s)
+  if (known !== undefined) return known
+  const parsed = parseDurationOnce(s)
+  if (typeof parsed === "number") {
+    if (parsedDurations.size >= maxParsedDurations) parsedDurations.clear()
+    parsedDurations.set(s, parsed)
+  }
+  return parsed
+}
+
+const parseDurationOnce = (s: string): number | DurationError => {
   if (typeof s !== "string" || !durationPattern.test(s)) {
     return { error: `invalid duration "${String(s)}": use a Go duration like 30m, 1h30m or 45s` }
   }

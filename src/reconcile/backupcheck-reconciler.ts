@@ -261,14 +261,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
    * (nulls remove fields), with the check's resourceVersion, so a decision made from a stale cache
    * fails with Conflict. Nothing is sent when nothing changed. Returns the check as written.
    */
-  const writeStatus = Effect.fnUntraced(function* (check: BackupCheck, status: BackupCheckStatus) {
+  const writeStatus = (check: BackupCheck, status: BackupCheckStatus) => {
     const patch = mergePatchOf(check.status ?? {}, status)
-    if (patch === undefined) return check
-    return yield* patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "status"), {
+    if (patch === undefined) return Effect.succeed(check)
+    return patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "status"), {
       metadata: { resourceVersion: check.metadata.resourceVersion },
       status: patch,
     })
-  })
+  }
 
   const cleanup = Effect.fnUntraced(function* (check: BackupCheck, now: number) {
     if (!(check.metadata.finalizers ?? []).includes(finalizerName)) return {}
@@ -696,46 +696,55 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         return changed ? { ...status, conditions } : status
       }
       /** Writes the status; verdicts decided so far get their verification span once they are written. */
-      const write = Effect.fnUntraced(function* (status: BackupCheckStatus) {
-        check = yield* writeStatus(check, finalize(status))
-        for (const { run, verdict, finished } of decided.splice(0)) {
-          options.onRunRecorded(ns, check.metadata.name, finished, traceparentFor(uid, run.runID).traceparent)
-          yield* verificationSpan(run, verdict)
-        }
-      })
-      const verificationSpan = Effect.fnUntraced(function* (run: LastRun, verdict: Verdict) {
-        yield* Effect.logInfo("restore finished").pipe(
-          Effect.annotateLogs({
-            job: run.jobName,
-            run: run.runID,
-            result: verdict.phase,
-            reason: verdict.reason,
-          }),
-        )
-        // The verification span covers the Job's lifetime inside the run's trace, next to the spans the
-        // restore tool emits under the same TRACEPARENT. Recorded once: by whoever wrote the verdict.
-        const parent = spanContextFromTraceparent(traceparentFor(uid, run.runID).traceparent)
-        const start = new Date(run.startTime)
-        const end = new Date(verdict.completionTime ?? toKubeTime(now))
-        if (!parent || Number.isNaN(start.getTime()) || Number.isNaN(end.getTime())) return
-        yield* recordSpan({
-          name: "verification",
-          parent,
-          startTime: start,
-          endTime: end < start ? start : end,
-          attributes: {
-            "k8s.cluster.name": cluster,
-            "k8s.namespace.name": ns,
-            "k8s.job.name": run.jobName,
-            "fleetcheck.check.name": check.metadata.name,
-            "fleetcheck.run.id": run.runID,
-            "fleetcheck.backup.name": spec.backup.name,
-            "fleetcheck.result": verdict.phase,
-            "fleetcheck.reason": verdict.reason,
-          },
-          ...(verdict.phase === "Failed" ? { error: `${verdict.reason}: ${verdict.message}` } : {}),
+      // Plain functions returning effects: built per reconcile, and Effect.fnUntraced's wrapper costs
+      // more to build than these cost to run when converged.
+      const write = (status: BackupCheckStatus) =>
+        Effect.gen(function* () {
+          check = yield* writeStatus(check, finalize(status))
+          for (const { run, verdict, finished } of decided.splice(0)) {
+            options.onRunRecorded(
+              ns,
+              check.metadata.name,
+              finished,
+              traceparentFor(uid, run.runID).traceparent,
+            )
+            yield* verificationSpan(run, verdict)
+          }
         })
-      })
+      const verificationSpan = (run: LastRun, verdict: Verdict) =>
+        Effect.gen(function* () {
+          yield* Effect.logInfo("restore finished").pipe(
+            Effect.annotateLogs({
+              job: run.jobName,
+              run: run.runID,
+              result: verdict.phase,
+              reason: verdict.reason,
+            }),
+          )
+          // The verification span covers the Job's lifetime inside the run's trace, next to the spans the
+          // restore tool emits under the same TRACEPARENT. Recorded once: by whoever wrote the verdict.
+          const parent = spanContextFromTraceparent(traceparentFor(uid, run.runID).traceparent)
+          const start = new Date(run.startTime)
+          const end = new Date(verdict.completionTime ?? toKubeTime(now))
+          if (!parent || Number.isNaN(start.getTime()) || Number.isNaN(end.getTime())) return
+          yield* recordSpan({
+            name: "verification",
+            parent,
+            startTime: start,
+            endTime: end < start ? start : end,
+            attributes: {
+              "k8s.cluster.name": cluster,
+              "k8s.namespace.name": ns,
+              "k8s.job.name": run.jobName,
+              "fleetcheck.check.name": check.metadata.name,
+              "fleetcheck.run.id": run.runID,
+              "fleetcheck.backup.name": spec.backup.name,
+              "fleetcheck.result": verdict.phase,
+              "fleetcheck.reason": verdict.reason,
+            },
+            ...(verdict.phase === "Failed" ? { error: `${verdict.reason}: ${verdict.message}` } : {}),
+          })
+        })
       // Every reconcile that works on a run links to the run's own trace.
       const linked = new Set<string>()
       const linkRun = (runID: string) => {

@@ -19,6 +19,16 @@ describe("parseDuration", () => {
     assert.strictEqual(parseDuration("30s1m"), 90_000) // Go accepts any order
   })
 
+  it("answers the same when asked again, also after more distinct durations than it remembers", () => {
+    const first = ["45s", "1h30m", "0", "30s1m"].map(parseDuration)
+    for (let i = 0; i < 3000; i++) assert.strictEqual(parseDuration(`${i}s`), i * 1000)
+    assert.deepStrictEqual(["45s", "1h30m", "0", "30s1m"].map(parseDuration), first)
+    assert.deepStrictEqual(first, [45_000, 5_400_000, 0, 90_000])
+    // a bad duration is never remembered as a good one, before or after a good one
+    for (const s of ["1d", "1h", "1d", "1h"])
+      assert.strictEqual(typeof parseDuration(s) === "number", s === "1h")
+  })
+
   it("returns an error for anything else", () => {
     for (const bad of [
       "",
