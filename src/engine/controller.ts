@@ -68,9 +68,21 @@ export const makeControllerStats = (): ControllerStats => ({
   panics: 0,
 })
 
+// <ms since epoch>-<counter>-<4 random chars>, all base 36. The time part is formatted once per
+// millisecond and the random part from an integer: formatting a float in base 36 was 3% of the
+// engine's own cost per converged reconcile.
 let reconcileCounter = 0
-const newReconcileId = () =>
-  `${Date.now().toString(36)}-${(reconcileCounter++ & 0xffffff).toString(36)}-${Math.random().toString(36).slice(2, 6)}`
+let idMillis = -1
+let idTime = ""
+export const newReconcileId = (): string => {
+  const now = Date.now()
+  if (now !== idMillis) {
+    idMillis = now
+    idTime = now.toString(36)
+  }
+  const random = Math.floor(Math.random() * 1_679_616) // 36^4
+  return `${idTime}-${(reconcileCounter++ & 0xffffff).toString(36)}-${random.toString(36).padStart(4, "0")}`
+}
 
 /** The result-table row an exit falls in (interruptions are not outcomes: the worker is stopping). */
 export const outcomeOf = (exit: Exit.Exit<ReconcileResult, unknown>): ReconcileOutcome => {

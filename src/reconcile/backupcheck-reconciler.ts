@@ -790,18 +790,23 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       // 2. Decide the next run.
       const active = owned.filter((j) => jobPhase(j) === "Active" && !j.metadata?.deletionTimestamp)
       // A sandbox's Jobs stay while people may inspect it, and go with it.
-      const prune = Effect.suspend(() =>
-        Effect.forEach(
-          jobsToPrune(
-            recorded.lastRun,
-            owned.filter((j) => j.metadata?.namespace === ns),
-            spec,
-          ),
-          (job) =>
-            deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void)),
-          { discard: true },
-        ),
-      )
+      const prune = Effect.suspend(() => {
+        const doomed = jobsToPrune(
+          recorded.lastRun,
+          owned.filter((j) => j.metadata?.namespace === ns),
+          spec,
+        )
+        return doomed.length === 0
+          ? Effect.void
+          : Effect.forEach(
+              doomed,
+              (job) =>
+                deleteJob(job, { uid: job.metadata?.uid }).pipe(
+                  Effect.catchIf(isConflict, () => Effect.void),
+                ),
+              { discard: true },
+            )
+      })
       /**
        * The sweeper's pass for this check: deletes the sandboxes of finished runs whose validation
        * window has passed, and orphans: a sandbox of another uid under this check's name (a re-created
@@ -809,20 +814,22 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        * history limit dropped, a hub that died between creating a sandbox and its run's Job) once it is
        * older than sandboxOrphanGraceMs, so another hub's run being started is left alone.
        */
-      const sweepSandboxes = Effect.suspend(() =>
-        Effect.gen(function* () {
-          const store = options.namespaces
-          if (store === undefined) return
+      const sweepSandboxes = Effect.suspend(() => {
+        const store = options.namespaces
+        if (store === undefined) return Effect.void
+        const sandboxes = [
+          ...store.byIndex(sandboxUidIndex, uid),
+          ...store.byIndex(sandboxKeyIndex, `${ns}/${check.metadata.name}`),
+        ]
+        // most checks (every converged one without spec.sandbox) have none: nothing to look at
+        if (sandboxes.length === 0) return Effect.void
+        return Effect.gen(function* () {
           const runs = [...(next.lastRun ? [next.lastRun] : []), ...(next.history ?? [])]
           const recordedRuns = new Map(
             runs.flatMap((r) => (r.sandbox ? [[r.sandbox.namespace, r] as const] : [])),
           )
           const seen = new Map<string, V1Namespace>()
-          for (const n of [
-            ...store.byIndex(sandboxUidIndex, uid),
-            ...store.byIndex(sandboxKeyIndex, `${ns}/${check.metadata.name}`),
-          ])
-            seen.set(n.metadata?.name ?? "", n)
+          for (const n of sandboxes) seen.set(n.metadata?.name ?? "", n)
           const wake = (t: number) => {
             if (sandboxWake === undefined || t < sandboxWake) sandboxWake = t
           }
@@ -862,8 +869,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
               )
             }
           }
-        }),
-      )
+        })
+      })
       const inFlight = () => next.lastRun?.result === "Running"
 
       if (spec.suspend) {

@@ -85,8 +85,11 @@ export const evaluateObjectives = (
   run: LastRun | undefined,
 ): ObjectiveCondition[] => {
   const out: ObjectiveCondition[] = []
-  const measures = run === undefined ? undefined : measureRun(run)
   const maxRestore = msOf(objectives?.maxRestoreDuration)
+  const maxAge = msOf(objectives?.maxDataAge)
+  // measured only for an objective to compare with: a converged check without objectives parses no times
+  const measures =
+    run === undefined || (maxRestore === undefined && maxAge === undefined) ? undefined : measureRun(run)
   if (maxRestore !== undefined) {
     const type = objectiveConditionTypes.RestoreTimeObjectiveMet
     const took = measures?.restoreDurationMs
@@ -124,7 +127,6 @@ export const evaluateObjectives = (
       })
     }
   }
-  const maxAge = msOf(objectives?.maxDataAge)
   if (maxAge !== undefined) {
     const type = objectiveConditionTypes.DataAgeObjectiveMet
     const age = measures?.dataAgeMs

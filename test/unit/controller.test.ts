@@ -3,6 +3,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
 import {
+  newReconcileId,
   type ReconcileOutcome,
   type ReconcileResult,
   runController,
@@ -43,6 +44,25 @@ const harness = (script: (key: string, attempt: number) => Effect.Effect<Reconci
 
 const settle = Effect.gen(function* () {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow
+})
+
+describe("reconcile ids", () => {
+  it("are unique, and read as <ms since epoch>-<counter>-<4 random chars> in base 36", () => {
+    const before = Date.now()
+    const ids = Array.from({ length: 20_000 }, newReconcileId)
+    const after = Date.now()
+    assert.strictEqual(new Set(ids).size, ids.length)
+    for (const id of ids) {
+      const match = /^([0-9a-z]+)-([0-9a-z]+)-([0-9a-z]{4})$/.exec(id)
+      assert.isNotNull(match, id)
+      const ms = Number.parseInt(match![1]!, 36)
+      assert.isTrue(ms >= before && ms <= after, id)
+    }
+    // consecutive ids differ in their counter
+    const counters = ids.map((id) => Number.parseInt(id.split("-")[1]!, 36))
+    for (let i = 1; i < counters.length; i++)
+      assert.strictEqual(counters[i], (counters[i - 1]! + 1) & 0xffffff)
+  })
 })
 
 describe("controller result table", () => {
