@@ -15,12 +15,19 @@
 // result="requeue" (Result{Requeue: true}) has no counterpart here; it is pre-initialised at 0 so
 // queries written against controller-runtime still find the series.
 //
-// Counters and gauges the queue and workers touch are fast series (./fast-series.ts); only the
-// histograms go through prom-client on the hot path, with their children cached.
-import { Gauge, Histogram, type Registry } from "prom-client"
+// Counters, gauges and histograms the queue and workers touch are fast series (./fast-series.ts):
+// nothing on the hot path goes through prom-client's label handling.
+import { Gauge, type Registry } from "prom-client"
 import type { ControllerHooks, ReconcileOutcome } from "../../engine/controller.ts"
 import type { WorkQueueMetricsHooks } from "../../engine/workqueue/workqueue.ts"
-import { type FastSeries, fastCounter, fastGauge, type Labels } from "./fast-series.ts"
+import {
+  FastHistogram,
+  type FastHistogramSeries,
+  type FastSeries,
+  fastCounter,
+  fastGauge,
+  type Labels,
+} from "./fast-series.ts"
 
 const reconcileResults = ["success", "error", "requeue", "requeue_after"] as const
 type ReconcileResult = (typeof reconcileResults)[number]
@@ -76,7 +83,7 @@ interface ControllerSeries {
   readonly terminal: FastSeries
   readonly panics: FastSeries
   readonly active: FastSeries
-  readonly time: Histogram.Internal<string>
+  readonly time: FastHistogramSeries
 }
 
 interface QueueSeries {
@@ -84,8 +91,8 @@ interface QueueSeries {
   readonly adds: FastSeries
   readonly depth: FastSeries
   readonly retries: FastSeries
-  readonly queueDuration: Histogram.Internal<string>
-  readonly workDuration: Histogram.Internal<string>
+  readonly queueDuration: FastHistogramSeries
+  readonly workDuration: FastHistogramSeries
 }
 
 interface ClusterState {
@@ -153,12 +160,12 @@ export const makeControllerRuntimeMetrics = (
     },
     registry,
   )
-  const reconcileTime = new Histogram({
+  const reconcileTime = new FastHistogram({
     name: "controller_runtime_reconcile_time_seconds",
     help: "Length of time per reconciliation per controller",
     labelNames: histogramControllerLabels,
-    buckets: [...reconcileTimeBuckets],
-    registers,
+    buckets: reconcileTimeBuckets,
+    registry,
   })
   const maxConcurrent = new Gauge({
     name: "controller_runtime_max_concurrent_reconciles",
@@ -187,19 +194,19 @@ export const makeControllerRuntimeMetrics = (
     },
     registry,
   )
-  const queueLatency = new Histogram({
+  const queueLatency = new FastHistogram({
     name: "workqueue_queue_duration_seconds",
     help: "How long in seconds an item stays in workqueue before being requested",
     labelNames: histogramQueueLabels,
-    buckets: [...workqueueDurationBuckets],
-    registers,
+    buckets: workqueueDurationBuckets,
+    registry,
   })
-  const workDuration = new Histogram({
+  const workDuration = new FastHistogram({
     name: "workqueue_work_duration_seconds",
     help: "How long in seconds processing an item from workqueue takes.",
     labelNames: histogramQueueLabels,
-    buckets: [...workqueueDurationBuckets],
-    registers,
+    buckets: workqueueDurationBuckets,
+    registry,
   })
   const queueRetries = fastCounter(
     {
@@ -230,7 +237,7 @@ export const makeControllerRuntimeMetrics = (
       terminal: terminalErrors.series(labels),
       panics: reconcilePanics.series(labels),
       active: activeWorkers.series(labels),
-      time: reconcileTime.labels(histogramLabels(labels)),
+      time: reconcileTime.series(histogramLabels(labels)),
     }
     state.controllers.set(controller, series)
     return series
@@ -247,8 +254,8 @@ export const makeControllerRuntimeMetrics = (
       adds: queueAdds.series(labels),
       depth: queueDepth.series(labels),
       retries: queueRetries.series(labels),
-      queueDuration: queueLatency.labels(histogramLabels(labels)),
-      workDuration: workDuration.labels(histogramLabels(labels)),
+      queueDuration: queueLatency.series(histogramLabels(labels)),
+      workDuration: workDuration.series(histogramLabels(labels)),
     }
     state.queues.set(controller, series)
     return series
