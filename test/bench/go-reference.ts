@@ -64,6 +64,8 @@ export interface GoReferenceResult {
   readonly workers: number
   readonly hashOnce: boolean
   readonly deepEqual: boolean
+  /** Go heap (HeapAlloc) after a collection, with every check and Job cached. */
+  readonly heapBytes: number
 }
 
 /** Runs the reference against the cluster of `kubeconfigPath`: every check of `namespace`, `rounds` times. */

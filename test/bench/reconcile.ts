@@ -17,6 +17,8 @@
 import { writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
 import { join } from "node:path"
+import { setFlagsFromString } from "node:v8"
+import { runInNewContext } from "node:vm"
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, Layer, Logger, References, Scope } from "effect"
 import { installFleetcheck, startFleet } from "../../clusters/local-fleet/index.ts"
@@ -33,6 +35,14 @@ const n = Number(process.argv[2] ?? 300)
 const rounds = Number(process.argv[3] ?? 20)
 const ns = "bench"
 const checksLabel = (checks: number) => `${checks} checks cached`
+// A full collection before reading the heap (the bench runs without --expose-gc).
+setFlagsFromString("--expose-gc")
+const gc = runInNewContext("gc") as () => void
+const heapAfterGC = () => {
+  gc()
+  return process.memoryUsage().heapUsed
+}
+const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(1)
 
 const fleet = await startFleet({ clusters: ["member"], log: () => {} })
 try {
@@ -83,6 +93,7 @@ try {
       }),
     ).pipe(Scope.provide(scope), Effect.provide(services)),
   )
+  const heapEmpty = heapAfterGC()
   for (let i = 0; i < n; i += 25) {
     await Promise.all(
       Array.from({ length: Math.min(25, n - i) }, (_, j) =>
@@ -109,6 +120,12 @@ try {
   while (verified() < n) await sleep(250)
   console.log(`${n} checks created → all Verified=True in ${((Date.now() - t0) / 1000).toFixed(1)} s`)
   await sleep(3_000) // let trailing events settle
+  // The difference across check counts (two runs) is what a cached check costs; the difference from
+  // the engine's empty heap also counts what the verification pass left behind.
+  const heapCached = heapAfterGC()
+  console.log(
+    `heap after GC: ${mib(heapCached)} MiB with ${n} checks and their Jobs cached (${mib(heapEmpty)} MiB before the checks existed: ${((heapCached - heapEmpty) / n / 1024).toFixed(2)} KiB per check)`,
+  )
 
   // Per-object resourceVersions: the list's own RV is etcd's global revision and moves with any write.
   const versions = async () =>
@@ -181,7 +198,7 @@ try {
       const goPer10k = (go.cpuSeconds / go.reconciles) * 10_000
       const rvGo = await versions()
       console.log(
-        `controller-runtime reference (Go, GOMAXPROCS=${go.gomaxprocs}, ${go.workers} worker(s), spec hash ${go.hashOnce ? "kept per object" : "every reconcile"}, status ${go.deepEqual ? "compared whole by reflection" : "changed in place, written when a setter changed it"}): ${go.reconciles} converged reconciles of ${go.checks} checks in ${go.wallSeconds.toFixed(2)} s = ${Math.round(go.reconciles / go.wallSeconds)} per second; ${goPer10k.toFixed(3)} CPU-seconds per 10,000 (process user+system ${go.cpuSeconds.toFixed(2)} s); writes ${go.writes}, undecided ${go.undecided}, errors ${go.errors}; resourceVersions ${rvGo === rvAfter ? "unchanged" : "CHANGED"}`,
+        `controller-runtime reference (Go, GOMAXPROCS=${go.gomaxprocs}, ${go.workers} worker(s), spec hash ${go.hashOnce ? "kept per object" : "every reconcile"}, status ${go.deepEqual ? "compared whole by reflection" : "changed in place, written when a setter changed it"}): ${go.reconciles} converged reconciles of ${go.checks} checks in ${go.wallSeconds.toFixed(2)} s = ${Math.round(go.reconciles / go.wallSeconds)} per second; ${goPer10k.toFixed(3)} CPU-seconds per 10,000 (process user+system ${go.cpuSeconds.toFixed(2)} s); writes ${go.writes}, undecided ${go.undecided}, errors ${go.errors}; resourceVersions ${rvGo === rvAfter ? "unchanged" : "CHANGED"}; heap after GC with every check and Job cached ${mib(go.heapBytes)} MiB`,
       )
       console.log(
         `  fleetcheck / controller-runtime CPU per converged reconcile: ${(ours / goPer10k).toFixed(2)} (${ours.toFixed(3)} vs ${goPer10k.toFixed(3)} CPU-seconds per 10,000, ${checksLabel(n)})`,

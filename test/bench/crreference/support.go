@@ -9,3 +9,10 @@ import (
 func logrDiscard() logr.Logger { return logr.Discard() }
 
 func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }
+
+func heapAfterGC() uint64 {
+	var mem runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem)
+	return mem.HeapAlloc
+}
