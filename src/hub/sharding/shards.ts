@@ -24,15 +24,9 @@ import { memberLeaseName, replicaLeaseName, shardLeaseLabel } from "../../api/na
 import { makeInformer } from "../../engine/informer/informer.ts"
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from "../../kube/client.ts"
 import { leases, pathOf } from "../../kube/resources.ts"
-import {
-  heldUntil,
-  isHeldByOther,
-  type Lease,
-  type LeaseObservation,
-  microTime,
-  observeLease,
-} from "../leader-election.ts"
+import { heldUntil, type Lease, type LeaseObservation, microTime, observeLease } from "../leader-election.ts"
 import { assigneeOf } from "./assignment.ts"
+import { afterStaleRenewal, decideTermStep, fenceOpen } from "./term.ts"
 
 export interface ShardingOptions {
   /** The hub client, unfenced: it renews the Leases. */
@@ -243,7 +237,7 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
     }
 
     const mayWriteNow = (st: MemberState) =>
-      st.held && st.lastRenewStartMs !== undefined && nowMono() - st.lastRenewStartMs < renewDeadlineMs
+      fenceOpen(st.held, st.lastRenewStartMs, nowMono(), renewDeadlineMs)
 
     /** Starts a term once both the Lease is held and the registration has recorded the member. */
     const maybeStartable = (st: MemberState) => {
@@ -480,28 +474,44 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
         const assignee = registered ? assigneeOf(st.name, live) : undefined
         const annotate = Effect.annotateLogs({ cluster: st.name, lease: st.leaseName })
 
-        if (st.held) {
-          // A round that came too late (a stall, SIGSTOP): the fence has closed already; so has the term.
-          if (st.lastRenewStartMs === undefined || now - st.lastRenewStartMs >= renewDeadlineMs) {
-            st.held = false
-            st.lease = undefined
-            endTerm(st, true)
-            onChange(st.name)
-            return yield* Effect.logWarning(
-              "member Lease not renewed within the renew deadline; stopped its work",
-            ).pipe(annotate)
-          }
-          if (assignee !== identity && !st.releasing) {
-            st.releasing = true
-            endTerm(st, false)
-            onChange(st.name)
-            yield* Effect.logInfo(
-              "member assigned to another replica; stopping its work to hand it over",
-            ).pipe(annotate, Effect.annotateLogs({ assignee: assignee ?? "none" }))
-          }
-          if (st.releasing && st.working === 0) return yield* release(st, registered, onChange)
-          // An early round (a wake-up) does not renew what was renewed just now.
-          if (now - st.lastRenewStartMs < retryPeriodMs / 2) return
+        const step = decideTermStep(
+          {
+            identity,
+            assignee,
+            announced: firstAnnouncedMs !== undefined,
+            held: st.held,
+            lastRenewStartMs: st.lastRenewStartMs,
+            releasing: st.releasing,
+            working: st.working,
+            lease: current?.spec,
+            exists: current !== undefined,
+            observation: st.observation!,
+            nowMs: now,
+          },
+          { leaseDurationMs, renewDeadlineMs, retryPeriodMs },
+        )
+        if (step._tag === "Wait") return
+        if (step._tag === "Lost") {
+          st.held = false
+          st.lease = undefined
+          endTerm(st, true)
+          onChange(st.name)
+          return yield* Effect.logWarning(
+            "member Lease not renewed within the renew deadline; stopped its work",
+          ).pipe(annotate)
+        }
+        if (step._tag !== "Acquire" && step.handOver) {
+          st.releasing = true
+          endTerm(st, false)
+          onChange(st.name)
+          yield* Effect.logInfo("member assigned to another replica; stopping its work to hand it over").pipe(
+            annotate,
+            Effect.annotateLogs({ assignee: assignee ?? "none" }),
+          )
+        }
+        if (step._tag === "Release") return yield* release(st, registered, onChange)
+        if (step._tag === "Keep") return
+        if (step._tag === "Renew") {
           // Renew from our own copy; a stale copy (Conflict) is read again once.
           const t = yield* writeTimes
           const lease = st.lease!
@@ -514,33 +524,30 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
             st.lastRenewStartMs = t.mono
             return
           }
-          if (isConflict(renewed.failure) || isNotFound(renewed.failure)) {
-            const fresh = yield* get(st.leaseName).pipe(
-              Effect.catchIf(isNotFound, () => Effect.succeed(undefined)),
-            )
-            if (fresh?.spec?.holderIdentity === identity) {
-              const t2 = yield* writeTimes
-              st.lease = yield* put({ ...fresh, spec: { ...fresh.spec, renewTime: t2.wall } }, open)
-              st.lastRenewStartMs = t2.mono
-              return
-            }
-            st.held = false
-            st.lease = undefined
-            endTerm(st, true)
-            onChange(st.name)
-            return yield* Effect.logWarning("member Lease taken by another replica; stopped its work").pipe(
-              annotate,
-              Effect.annotateLogs({ holder: fresh?.spec?.holderIdentity ?? "(deleted)" }),
-            )
+          if (!isConflict(renewed.failure) && !isNotFound(renewed.failure))
+            return yield* Effect.fail(renewed.failure)
+          const fresh = yield* get(st.leaseName).pipe(
+            Effect.catchIf(isNotFound, () => Effect.succeed(undefined)),
+          )
+          if (afterStaleRenewal(fresh?.spec, identity) === "Renew") {
+            const t2 = yield* writeTimes
+            st.lease = yield* put({ ...fresh!, spec: { ...fresh!.spec, renewTime: t2.wall } }, open)
+            st.lastRenewStartMs = t2.mono
+            return
           }
-          return yield* Effect.fail(renewed.failure)
+          st.held = false
+          st.lease = undefined
+          endTerm(st, true)
+          onChange(st.name)
+          return yield* Effect.logWarning("member Lease taken by another replica; stopped its work").pipe(
+            annotate,
+            Effect.annotateLogs({ holder: fresh?.spec?.holderIdentity ?? "(deleted)" }),
+          )
         }
 
-        if (assignee !== identity || firstAnnouncedMs === undefined) return
-        if (current && isHeldByOther(current.spec, identity, st.observation!, now, leaseDurationMs)) return
         const t = yield* writeTimes
         const spec = current?.spec ?? {}
-        const takeover = (spec.holderIdentity ?? "") !== identity
+        const { takeover } = step
         const written = current
           ? yield* Effect.result(
               put({
