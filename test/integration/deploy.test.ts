@@ -1072,6 +1072,73 @@ describe("deploy/: manifests, RBAC and image", () => {
     expect(pod.securityContext.fsGroup).toBe(pod.securityContext.runAsGroup)
   })
 
+  it("deploy/hub-sharded: 3 replicas, a PodDisruptionBudget, and every Lease write sharding and placement make", async () => {
+    const built = await c.kubectl(["kustomize", join(repo, "deploy/hub-sharded")])
+    expect(built.code, built.stderr).toBe(0)
+    const docs = parseAllDocuments(built.stdout).map((d) => d.toJS() as any)
+    const deployment = docs.find((d) => d.kind === "Deployment")
+    const env = Object.fromEntries(
+      deployment.spec.template.spec.containers[0].env.map((e: any) => [e.name, e.value]),
+    )
+    expect(deployment.spec.replicas).toBe(3)
+    expect(deployment.spec.strategy.rollingUpdate).toEqual({ maxSurge: 1, maxUnavailable: 0 })
+    expect(env.FLEETCHECK_SHARDING).toBe("true")
+    expect(env.FLEETCHECK_LEADER_ELECT).toBe("false")
+    const pdb = docs.find((d) => d.kind === "PodDisruptionBudget")
+    expect(pdb.spec.maxUnavailable).toBe(1)
+    for (const [k, v] of Object.entries(pdb.spec.selector.matchLabels))
+      expect(deployment.spec.template.metadata.labels[k], `PDB selects the hub Pods by ${k}`).toBe(v)
+
+    // Applied for real over deploy/hub, and again: no conflict, no warning.
+    const applied = await c.kubectl(["apply", "--server-side", "-k", join(repo, "deploy/hub-sharded")])
+    expect(applied.code, applied.stderr).toBe(0)
+    expect(applied.stderr).not.toMatch(/warning|PodSecurity/i)
+    cleanups.push(async () => {
+      for (const kind of ["rolebinding", "role"])
+        await c.kubectl(["-n", ns, "delete", kind, "fleetcheck-hub-sharding", "--ignore-not-found"])
+      await c.kubectl(["-n", ns, "delete", "poddisruptionbudget", "fleetcheck-hub", "--ignore-not-found"])
+    })
+    const again = await c.kubectl(["apply", "--server-side", "-k", join(repo, "deploy/hub-sharded")])
+    expect(again.code, again.stderr).toBe(0)
+    const live = (await c.api("GET", `/apis/apps/v1/namespaces/${ns}/deployments/fleetcheck-hub`)).body
+    expect(live.spec.replicas).toBe(3)
+    expect(
+      (await c.api("GET", `/apis/policy/v1/namespaces/${ns}/poddisruptionbudgets/fleetcheck-hub`)).status,
+    ).toBe(200)
+
+    // The hub identity: a replica's own Lease, a member's, and the placement Lease, each created,
+    // listed and watched by label, read, updated (acquire, renew, release) and deleted.
+    const hub = actAs(c, hubToken)
+    const lease = (name: string, role?: string) => ({
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name, ...(role ? { labels: { "fleetcheck.io/shard-lease": role } } : {}) },
+      spec: { holderIdentity: "hub-a", leaseDurationSeconds: 15 },
+    })
+    const names = [
+      ["fleetcheck-hub-0123456789abcdef", "replica"],
+      ["fleetcheck-member-prod-eu-1", "member"],
+      ["fleetcheck-placement", undefined],
+    ] as const
+    await expectAll(
+      hub,
+      201,
+      names.map(([name, role]) => ["POST", leasePath, lease(name, role)] as const),
+    )
+    const byLabel = `${leasePath}?labelSelector=${encodeURIComponent("fleetcheck.io/shard-lease")}`
+    await expectAll(hub, 200, [
+      ["GET", byLabel],
+      ["GET", watch(byLabel)],
+      ...names.map(([name]) => ["GET", `${leasePath}/${name}`] as const),
+    ])
+    for (const [name] of names) {
+      const current = (await hub("GET", `${leasePath}/${name}`)).body
+      const released = { ...current, spec: { ...current.spec, holderIdentity: "" } }
+      expect((await hub("PUT", `${leasePath}/${name}`, released)).status, name).toBe(200)
+      expect((await hub("DELETE", `${leasePath}/${name}`)).status, name).toBe(200)
+    }
+  })
+
   it("the Dockerfile's steps, run outside Docker, build an entrypoint that runs the hub", {
     timeout: 300_000,
   }, async () => {
