@@ -892,7 +892,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         generation,
         schedule: spec.schedule,
         timeZone: spec.timeZone,
-        creationTime: Date.parse(check.metadata.creationTimestamp ?? "") || now,
+        creationTime: parsed.createdAt || now,
         lastRun: last,
         concurrencyPolicy: spec.concurrencyPolicy,
         startWindowMs: startWindowMs(spec.startWindow),

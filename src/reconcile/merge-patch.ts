@@ -10,14 +10,24 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v)
 
 /** Deep equality of JSON values, whatever order object keys came in (undefined-valued keys count as absent). */
+// Written as loops without intermediate arrays: a converged reconcile compares its whole status.
 export const jsonEqual = (a: unknown, b: unknown): boolean => {
   if (a === b) return true
-  if (Array.isArray(a) && Array.isArray(b))
-    return a.length === b.length && a.every((x, i) => jsonEqual(x, b[i]))
+  if (Array.isArray(a) && Array.isArray(b)) {
+    if (a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!jsonEqual(a[i], b[i])) return false
+    return true
+  }
   if (isObject(a) && isObject(b)) {
-    const keys = (o: Record<string, unknown>) => Object.keys(o).filter((k) => o[k] !== undefined)
-    const ka = keys(a)
-    return ka.length === keys(b).length && ka.every((k) => jsonEqual(a[k], b[k]))
+    let defined = 0
+    for (const key of Object.keys(a)) {
+      const value = a[key]
+      if (value === undefined) continue
+      defined++
+      if (!jsonEqual(value, b[key])) return false
+    }
+    for (const key of Object.keys(b)) if (b[key] !== undefined) defined--
+    return defined === 0
   }
   return false
 }

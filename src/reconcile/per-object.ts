@@ -4,7 +4,7 @@
 // mutates an object (a change replaces it), and nothing downstream mutates the parsed spec (the restore
 // Job is rendered from a structuredClone), so the derivation is kept in a WeakMap keyed by the object,
 // which lets go of it with the object. Only what the reconciler reads is kept: the parsed spec and its
-// hash, and whether the status parsed (a whole parsed copy of every cached check would cost about
+// hash, whether the status parsed and the creation time (a whole parsed copy of every cached check would cost about
 // 1.4 KB each; this costs tens of bytes, as the parsed spec shares the API server-defaulted input's parts).
 import { type BackupCheck, type BackupCheckSpec, parseBackupCheck } from "../api/backupcheck.ts"
 import { specHashFor } from "./run-identity.ts"
@@ -16,6 +16,8 @@ export type CheckDerivation =
       readonly specHash: string
       /** false: the status did not parse and was dropped (the reconciler then rewrites it). */
       readonly statusValid: boolean
+      /** Date.parse(metadata.creationTimestamp): NaN without one (Date.parse was 3% of a converged reconcile). */
+      readonly createdAt: number
     }
   | { readonly success: false; readonly error: string }
 
@@ -32,6 +34,7 @@ export const derivedCheck = (check: BackupCheck): CheckDerivation => {
           spec: parsed.data.spec,
           specHash: specHashFor(parsed.data.spec),
           statusValid: parsed.data.status !== undefined,
+          createdAt: Date.parse(check.metadata.creationTimestamp ?? ""),
         }
       : { success: false, error: parsed.error }
     derivations.set(check, derived)

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { mergePatchOf } from "../../src/reconcile/merge-patch.ts"
+import { jsonEqual, mergePatchOf } from "../../src/reconcile/merge-patch.ts"
 
 describe("mergePatchOf", () => {
   it("is undefined when nothing changed, whatever the key order (a converged reconcile sends nothing)", () => {
@@ -49,5 +49,40 @@ describe("mergePatchOf", () => {
     assert.deepStrictEqual(mergePatchOf({ lastRun: "odd" }, { lastRun: { runID: "g1" } }), {
       lastRun: { runID: "g1" },
     })
+  })
+})
+
+describe("jsonEqual", () => {
+  it("compares JSON values whatever the key order, undefined-valued keys counting as absent", () => {
+    const equal: Array<[unknown, unknown]> = [
+      [
+        { a: 1, b: [1, { c: "x" }] },
+        { b: [1, { c: "x" }], a: 1 },
+      ],
+      [{ a: 1, u: undefined }, { a: 1 }],
+      [{ a: 1 }, { u: undefined, a: 1 }],
+      [[], []],
+      [null, null],
+      ["s", "s"],
+    ]
+    for (const [a, b] of equal) assert.isTrue(jsonEqual(a, b), `${JSON.stringify(a)} = ${JSON.stringify(b)}`)
+    const different: Array<[unknown, unknown]> = [
+      [{ a: 1 }, { a: 1, b: 2 }],
+      [{ a: 1, b: 2 }, { a: 1 }],
+      [
+        { a: 1, b: undefined },
+        { a: 1, c: 2 },
+      ],
+      [{ a: [1, 2] }, { a: [2, 1] }],
+      [[1], [1, 2]],
+      [{ a: {} }, { a: [] }],
+      [{ a: null }, { a: undefined }],
+      [{ a: 0 }, { a: "0" }],
+      [{}, null],
+    ]
+    for (const [a, b] of different) {
+      assert.isFalse(jsonEqual(a, b), `${JSON.stringify(a)} ≠ ${JSON.stringify(b)}`)
+      assert.isFalse(jsonEqual(b, a), `${JSON.stringify(b)} ≠ ${JSON.stringify(a)}`)
+    }
   })
 })

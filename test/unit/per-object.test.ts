@@ -9,7 +9,13 @@ const check = (image: string, status?: unknown) =>
   ({
     apiVersion: "fleetcheck.io/v1alpha1",
     kind: "BackupCheck",
-    metadata: { name: "nightly", namespace: "db", uid: "u1", generation: 1 },
+    metadata: {
+      name: "nightly",
+      namespace: "db",
+      uid: "u1",
+      generation: 1,
+      creationTimestamp: "2026-11-29T09:00:00Z",
+    },
     spec: {
       backup: { name: "db-backup" },
       jobTemplate: { spec: { template: { spec: { containers: [{ name: "restore", image }] } } } },
@@ -27,6 +33,10 @@ describe("per-object derivations", () => {
     expect(first.spec).toEqual(parsed.data.spec)
     expect(first.specHash).toBe(specHashFor(parsed.data.spec))
     expect(first.statusValid).toBe(true)
+    expect(first.createdAt).toBe(Date.parse("2026-11-29T09:00:00Z"))
+    const { creationTimestamp: _, ...noTime } = a.metadata
+    const without = derivedCheck({ ...a, metadata: noTime } as BackupCheck)
+    expect(without.success && Number.isNaN(without.createdAt)).toBe(true)
   })
 
   it("a changed object (the store replaces it) is derived afresh", () => {
