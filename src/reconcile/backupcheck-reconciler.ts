@@ -263,12 +263,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
    */
   const writeStatus = (check: BackupCheck, status: BackupCheckStatus) => {
     const patch = mergePatchOf(check.status ?? {}, status)
-    if (patch === undefined) return Effect.succeed(check)
-    return patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "status"), {
+    return patch === undefined ? Effect.succeed(check) : sendStatusPatch(check, patch)
+  }
+  const sendStatusPatch = (check: BackupCheck, patch: Exclude<ReturnType<typeof mergePatchOf>, undefined>) =>
+    patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "status"), {
       metadata: { resourceVersion: check.metadata.resourceVersion },
       status: patch,
     })
-  }
 
   const cleanup = Effect.fnUntraced(function* (check: BackupCheck, now: number) {
     if (!(check.metadata.finalizers ?? []).includes(finalizerName)) return {}
@@ -697,10 +698,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       }
       /** Writes the status; verdicts decided so far get their verification span once they are written. */
       // Plain functions returning effects: built per reconcile, and Effect.fnUntraced's wrapper costs
-      // more to build than these cost to run when converged.
-      const write = (status: BackupCheckStatus) =>
-        Effect.gen(function* () {
-          check = yield* writeStatus(check, finalize(status))
+      // more to build than these cost to run when converged. write is only ever called as
+      // `yield* write(...)`, so its patch is computed when the write runs.
+      const write = (status: BackupCheckStatus) => {
+        const patch = mergePatchOf(check.status ?? {}, finalize(status))
+        // converged: nothing to send and no verdict to report
+        if (patch === undefined && decided.length === 0) return Effect.void
+        return Effect.gen(function* () {
+          if (patch !== undefined) check = yield* sendStatusPatch(check, patch)
           for (const { run, verdict, finished } of decided.splice(0)) {
             options.onRunRecorded(
               ns,
@@ -711,6 +716,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             yield* verificationSpan(run, verdict)
           }
         })
+      }
       const verificationSpan = (run: LastRun, verdict: Verdict) =>
         Effect.gen(function* () {
           yield* Effect.logInfo("restore finished").pipe(
