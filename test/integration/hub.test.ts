@@ -246,17 +246,18 @@ describe("hub with three members", () => {
     expect(after.patch - before.patch).toBeLessThanOrEqual(members.length)
   })
 
-  it("the minute's probe-time refresh of a MemberCluster is one PATCH, and an edit behind the hub's back is still found", async () => {
+  it("a new MemberCluster is created once though two rounds sync it at once; the minute's probe-time refresh is one PATCH, and an edit behind the hub's back is still found", async () => {
     // syncMemberCluster alone on a clock of its own, against the hub apiserver; its request counters
     // (all MemberClusters, so the hub's three members add at most one refresh each) are the evidence.
     const counts = async () => {
       const text = (await hubCluster.api("GET", "/metrics")).body as string
-      const n = { get: 0, patch: 0 }
+      const n = { get: 0, patch: 0, post: 0 }
       for (const line of text.split("\n")) {
         if (!line.startsWith("apiserver_request_total{") || !line.includes('resource="memberclusters"'))
           continue
         const value = Number(line.slice(line.lastIndexOf(" ") + 1))
         if (line.includes('verb="GET"')) n.get += value
+        if (line.includes('verb="POST"')) n.post += value
         if (line.includes('verb="PATCH"') && line.includes('subresource="status"')) n.patch += value
       }
       return n
@@ -280,7 +281,7 @@ describe("hub with three members", () => {
     }
     const path = "/apis/fleetcheck.io/v1alpha1/memberclusters/refresh-probe"
     const refreshes = 5
-    const { before, after, labels } = await Effect.runPromise(
+    const { initial, before, after, labels } = await Effect.runPromise(
       Effect.gen(function* () {
         const client = yield* makeKubeClient({
           cluster: "hub",
@@ -292,7 +293,9 @@ describe("hub with three members", () => {
           yield* syncMemberCluster(client, entry)
         })
         yield* TestClock.setTime(Date.parse("2026-01-01T00:00:00Z"))
-        yield* round
+        // The registration controller and the member's status loop both sync a new member.
+        const initial = yield* Effect.promise(counts)
+        yield* Effect.all([round, round], { concurrency: 2, discard: true })
         const before = yield* Effect.promise(counts)
         for (let i = 0; i < refreshes; i++) {
           // Status rounds in between send nothing; the refresh a minute later sends one PATCH.
@@ -317,9 +320,11 @@ describe("hub with three members", () => {
         yield* TestClock.adjust(61_000)
         yield* round
         const labels = (yield* Effect.promise(() => hubCluster.api("GET", path))).body.metadata.labels
-        return { before, after, labels }
+        return { initial, before, after, labels }
       }).pipe(Effect.scoped, Effect.provide(TestClock.layer())),
     )
+    // Created once: the other round waited and found it (two POSTs, one refused, before).
+    expect(before.post - initial.post).toBe(1)
     expect(after.patch - before.patch).toBeGreaterThanOrEqual(refreshes)
     expect(after.patch - before.patch).toBeLessThanOrEqual(refreshes + members.length)
     // One GET per refresh before the fix; only the hub's own members' rounds may show up now.
