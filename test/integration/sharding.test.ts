@@ -19,7 +19,8 @@
 // race, changes nothing and is counted apart): a member's Lease changes hands only by a write of the
 // replica acquiring it, and every write for a member (its namespace on its API server; its
 // MemberCluster, Lease, Secret and Events on the hub) comes from the replica whose Lease term it falls in,
-// no later than renewDeadline (+ latency) after that replica's last renewal; a placed check may also be
+// no later than renewDeadline (+ latency) after that replica's last proof of life (a successful write of
+// its own replica Lease, which keeps every member Lease it holds, or of a member Lease); a placed check may also be
 // written by the placement Lease's holder of the moment. Every FleetBackupCheck write (status,
 // finalizer) comes from the placement holder of the moment, one replica at a time. No run gets two Jobs.
 //
@@ -45,6 +46,7 @@ import {
   namespacesAnnotation,
   placementLeaseName,
   registrationLabel,
+  replicaLeaseName,
   shardLeaseLabel,
 } from "../../src/api/names.ts"
 import { assigneeOf } from "../../src/hub/sharding/assignment.ts"
@@ -296,6 +298,38 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
       (w) => w.namespace === scopeOf(m) && replicaOfWrite(w),
     ),
   ]
+  /**
+   * A replica's proofs of life: its successful writes of its own replica Lease (renewals, which keep
+   * every member Lease it holds) and of member Leases (acquisitions), by the time the hub received them.
+   */
+  const proofsOf = (audit: Snapshot, r: Replica) => {
+    const own = replicaLeaseName(r.hub.identity)
+    return audit.hub
+      .filter(
+        (w) =>
+          w.resource === "leases" &&
+          (w.code === 200 || w.code === 201) &&
+          replicaOfWrite(w) === r &&
+          (w.name === own || (w.name ?? "").startsWith(leasePrefix)),
+      )
+      .map((w) => w.receivedUs)
+  }
+  /** The last proof of life `r` sent that the hub received at or before `us`. */
+  const lastProofBefore = (proofs: ReadonlyArray<number>, us: number) =>
+    proofs.filter((p) => p <= us).at(-1) ?? Number.NEGATIVE_INFINITY
+  /** Whether a write for a member falls in `r`'s term of its Lease, within the fence after r's last proof. */
+  const inMemberTerm = (
+    terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
+    proofs: ReadonlyArray<number>,
+    r: Replica,
+    w: AuditedRequest,
+  ) => {
+    const term = terms.filter((x) => x.firstUs <= w.receivedUs).at(-1)
+    return (
+      term?.replica === r &&
+      w.receivedUs <= lastProofBefore(proofs, w.receivedUs) + (renewDeadlineMs + latencyAllowanceMs) * 1000
+    )
+  }
   /** Whether a write falls in `r`'s term among `terms`, no later than the fence allows after its last renewal. */
   const inTerm = (
     terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
@@ -585,23 +619,25 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     }
     // The thawed replica runs again, sees its Leases gone, and joins again (it may win members back).
     await waitUntil(`${r2.name} to log its lost member Leases`, 20_000, () =>
-      r2.hub.logLines().some((l) => l.message.startsWith("member Lease not renewed")),
+      r2.hub.logLines().some((l) => l.message.startsWith("member Lease not kept")),
     )
     await sleep(5_000)
     const audit = auditSnapshot()
+    const proofs = proofsOf(audit, r2)
     for (const m of frozen) {
       const terms = leaseTerms(audit).get(m) ?? []
       const i = terms.findIndex((t) => t.replica !== r2 && t.firstUs >= frozenAt * 1000)
       expect(i, `${m}: a new holder's term after the freeze`).toBeGreaterThan(0)
       const old = terms[i - 1]!
       expect(old.replica).toBe(r2)
-      // Taken by expiry: a whole lease duration after r2's last renewal reached the API server.
-      expect(terms[i]!.firstUs - old.lastUs).toBeGreaterThanOrEqual(leaseDurationMs * 1000)
+      // Taken by expiry: a whole lease duration after r2's last proof of life reached the API server.
+      const lastProof = lastProofBefore(proofs, terms[i]!.firstUs)
+      expect(terms[i]!.firstUs - lastProof).toBeGreaterThanOrEqual(leaseDurationMs * 1000)
       const back = terms.slice(i).find((t) => t.replica === r2)?.firstUs ?? Number.POSITIVE_INFINITY
       const late = writesFor(audit, m).filter(
         (w) =>
           replicaOfWrite(w) === r2 &&
-          w.receivedUs > old.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000 &&
+          w.receivedUs > lastProof + (renewDeadlineMs + latencyAllowanceMs) * 1000 &&
           w.receivedUs < back,
       )
       expect(formatRequests(late, 20), `${m}: ${r2.name} wrote after its Lease term ended`).toBe("")
@@ -654,6 +690,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     const problems: string[] = []
     let counted = 0
     let placedWrites = 0
+    const proofs = new Map([...replicas.values()].map((r) => [r, proofsOf(audit, r)]))
     for (const m of allMembers()) {
       const t = terms.get(m) ?? []
       expect(t.length, `${m}: Lease terms`).toBeGreaterThan(0)
@@ -666,7 +703,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
           w.name === fleetCheckName &&
           w.subresource === undefined &&
           inTerm(placing, r, w) &&
-          !inTerm(t, r, w)
+          !inMemberTerm(t, proofs.get(r)!, r, w)
         ) {
           placedWrites++
           continue
@@ -677,9 +714,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
           problems.push(
             `${m}: ${r.name} wrote outside its term (holder then: ${term?.replica.name ?? "none"}): ${formatRequests([w])}`,
           )
-        else if (w.receivedUs > term.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000)
+        else if (!inMemberTerm(t, proofs.get(r)!, r, w))
           problems.push(
-            `${m}: ${r.name} wrote ${Math.round((w.receivedUs - term.lastUs) / 1000)} ms after its last renewal: ${formatRequests([w])}`,
+            `${m}: ${r.name} wrote ${Math.round((w.receivedUs - lastProofBefore(proofs.get(r)!, w.receivedUs)) / 1000)} ms after its last proof of life: ${formatRequests([w])}`,
           )
       }
     }

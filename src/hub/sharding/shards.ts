@@ -3,30 +3,40 @@
 // those whose Lease changed within its duration on our clock (client-go's observedTime rule, as the
 // leader election reads its Lease). Each member is assigned to one live replica by rendezvous hashing
 // (assignment.ts), and worked only by the replica holding its Lease fleetcheck-member-<cluster>: a
-// leader election per member, with the same semantics as leader-election.ts:
+// leader election per member whose holder is kept alive by its replica Lease (term.ts has the rules):
 //
 //   acquire   only the assignee, only when the Lease is missing, released, or expired on its clock
-//             (leaseDuration since it last saw the record change); every write carries the
-//             resourceVersion read, so two replicas cannot both win
-//   renew     every retryPeriod; writes for the member are refused from renewDeadline after the start
-//             of the last successful renewal (the member's fence, asked by every write as its bytes go
-//             to the socket: a replica frozen by SIGSTOP writes nothing when it thaws)
+//             (leaseDuration since it last saw the member Lease or its holder's replica Lease change;
+//             the holder's replica Lease is read afresh first); every write carries the resourceVersion
+//             read, so two replicas cannot both win
+//   hold      no write: writes for the member are refused from renewDeadline after the start of the last
+//             write proving us alive (our acquiring write, or an unbroken chain of our replica Lease's
+//             renewals since), asked by every write as its bytes go to the socket: a replica frozen by
+//             SIGSTOP writes nothing when it thaws
 //   hand over when the assignment moves (a replica joined or left): the member's work stops first, then
 //             the Lease is released (empty holder, 1 s) so the new assignee takes it at its next round
-//   lose      a renewal not succeeding within renewDeadline, or the Lease found taken: the work stops at
-//             once, without a drain, as a lost leader's does
+//   lose      the fence closed, or another's write of the Lease in our cache: the work stops at once,
+//             without a drain, as a lost leader's does
 //
-// Leases are read through one informer (label fleetcheck.io/shard-lease), so a round costs one PUT per
-// held Lease and nothing else. On shutdown the work drains first (renewals go on), then every held
-// Lease is released and the replica's own Lease deleted, so the others take over at once.
+// Leases are read through one informer (label fleetcheck.io/shard-lease), so a round costs one PUT (our
+// replica Lease) and nothing else; member Leases are written only when they change hands. On shutdown the
+// work drains first (renewals go on), then every held Lease is released and the replica's own Lease
+// deleted, so the others take over at once.
 import { Clock, Deferred, Effect, type Scope } from "effect"
 import { memberLeaseName, replicaLeaseName, shardLeaseLabel } from "../../api/names.ts"
 import { makeInformer } from "../../engine/informer/informer.ts"
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from "../../kube/client.ts"
 import { leases, pathOf } from "../../kube/resources.ts"
-import { heldUntil, type Lease, type LeaseObservation, microTime, observeLease } from "../leader-election.ts"
+import {
+  heldUntil,
+  type Lease,
+  type LeaseObservation,
+  leaseRecordKey,
+  microTime,
+  observeLease,
+} from "../leader-election.ts"
 import { assigneeOf } from "./assignment.ts"
-import { afterStaleRenewal, decideTermStep, fenceOpen } from "./term.ts"
+import { decideTermStep, fenceOpen, holderAliveUntil } from "./term.ts"
 
 export interface ShardingOptions {
   /** The hub client, unfenced: it renews the Leases. */
@@ -146,8 +156,12 @@ interface MemberState {
   lease: Lease | undefined
   observation: LeaseObservation | undefined
   held: boolean
-  /** Monotonic ms at which the last successful write of this term was sent. */
-  lastRenewStartMs: number | undefined
+  /** Monotonic ms at which this term's acquiring write was sent. */
+  acquiredStartMs: number | undefined
+  /** The epoch of this replica's own Lease the term began in: a broken chain of renewals ends it. */
+  epoch: number
+  /** The Lease cache has shown our acquiring write: any later version is another's (taken). */
+  seenOurs: boolean
   /** The assignment moved: the work stops, then the Lease is released. */
   releasing: boolean
   recorded: boolean
@@ -224,7 +238,9 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
           lease: undefined,
           observation: undefined,
           held: false,
-          lastRenewStartMs: undefined,
+          acquiredStartMs: undefined,
+          epoch: 0,
+          seenOurs: false,
           releasing: false,
           recorded: false,
           term: 0,
@@ -236,8 +252,25 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
       return st
     }
 
-    const mayWriteNow = (st: MemberState) =>
-      fenceOpen(st.held, st.lastRenewStartMs, nowMono(), renewDeadlineMs)
+    // This replica's proof of life: the start of its own Lease's last successful renewal, and the epoch
+    // of an unbroken chain of them (each renewal answered within a lease duration of the previous one's
+    // start, so nobody can have seen that one expire in between; see term.ts).
+    let own: { aliveSinceMs: number; epoch: number } | undefined
+    const proven = (startMs: number) => {
+      const doneMs = nowMono()
+      own =
+        own !== undefined && doneMs < own.aliveSinceMs + leaseDurationMs
+          ? { aliveSinceMs: startMs, epoch: own.epoch }
+          : { aliveSinceMs: startMs, epoch: (own?.epoch ?? 0) + 1 }
+    }
+    /** The start of the last write proving us alive for this member's term (see TermView.aliveSinceMs). */
+    const aliveSinceOf = (st: MemberState): number | undefined => {
+      if (!st.held || st.acquiredStartMs === undefined) return undefined
+      return own !== undefined && own.epoch === st.epoch
+        ? Math.max(st.acquiredStartMs, own.aliveSinceMs)
+        : st.acquiredStartMs
+    }
+    const mayWriteNow = (st: MemberState) => fenceOpen(st.held, aliveSinceOf(st), nowMono(), renewDeadlineMs)
 
     /** Starts a term once both the Lease is held and the registration has recorded the member. */
     const maybeStartable = (st: MemberState) => {
@@ -300,8 +333,13 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
     const observe = (st: MemberState, now: number): Lease | undefined => {
       const current = informer.store.get(`${namespace}/${st.leaseName}`)
       st.observation = observeLease(st.observation, current?.spec, now)
+      const ours = st.lease?.metadata.resourceVersion
+      if (st.held && ours !== undefined && current?.metadata.resourceVersion === ours) st.seenOurs = true
       return current
     }
+    /** When, on our clock, a holder's replica Lease was last seen to change (undefined: never seen). */
+    const holderSeenAliveAt = (holder: string | null | undefined): number | undefined =>
+      holder ? replicaObservations.get(replicaLeaseName(holder))?.atMs : undefined
 
     const holderOf = (member: string): string | undefined => {
       const st = states.get(member)
@@ -312,7 +350,10 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
       // Observed on read, so a Lease that stopped changing expires in our eyes even between rounds.
       const observation = observeLease(st?.observation, current?.spec, nowMono())
       if (st) st.observation = observation
-      return heldUntil(current?.spec, observation, leaseDurationMs) > nowMono() ? holder : undefined
+      return holderAliveUntil(current?.spec, observation, holderSeenAliveAt(holder), leaseDurationMs) >
+        nowMono()
+        ? holder
+        : undefined
     }
 
     const ownerless = (member: string): Ownerless | undefined => {
@@ -355,7 +396,7 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
     const writeTimes = Effect.all({ wall: Effect.map(Clock.currentTimeMillis, microTime), mono: monoMs })
 
     // A round runs early when a member Lease is released or deleted (its assignee takes it at once) or
-    // a replica appears (holders hand its members over at once); renewals still wait until they are due.
+    // a replica appears (holders hand its members over at once); the replica Lease's renewal waits until due.
     let wake = Deferred.makeUnsafe<void>()
     const roleOf = (l: Lease) => (l.metadata.labels as Record<string, string> | undefined)?.[shardLeaseLabel]
     informer.addHandler({
@@ -383,6 +424,7 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
         )
         if (renewed._tag === "Success") {
           ownLease = renewed.success
+          proven(t.mono)
           return
         }
         if (!isConflict(renewed.failure) && !isNotFound(renewed.failure))
@@ -400,6 +442,7 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
             spec: body.spec,
           })
         : yield* post(body)
+      proven(t.mono)
       firstAnnouncedMs ??= t.mono
     }).pipe(
       Effect.catch((e) =>
@@ -480,24 +523,69 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
             assignee,
             announced: firstAnnouncedMs !== undefined,
             held: st.held,
-            lastRenewStartMs: st.lastRenewStartMs,
+            aliveSinceMs: aliveSinceOf(st),
+            taken:
+              st.held &&
+              st.seenOurs &&
+              current?.metadata.resourceVersion !== st.lease?.metadata.resourceVersion,
             releasing: st.releasing,
             working: st.working,
             lease: current?.spec,
             exists: current !== undefined,
             observation: st.observation!,
+            holderSeenAliveAtMs: holderSeenAliveAt(current?.spec?.holderIdentity),
             nowMs: now,
           },
-          { leaseDurationMs, renewDeadlineMs, retryPeriodMs },
+          { leaseDurationMs, renewDeadlineMs },
         )
         if (step._tag === "Wait") return
+        if (step._tag === "Disown") {
+          const wall = microTime(yield* Clock.currentTimeMillis)
+          const spec = current!.spec ?? {}
+          // A member that is gone loses its Lease altogether.
+          const write = registered
+            ? put({
+                ...current!,
+                spec: {
+                  ...spec,
+                  holderIdentity: "",
+                  leaseDurationSeconds: 1,
+                  acquireTime: wall,
+                  renewTime: wall,
+                },
+              })
+            : client.request({
+                method: "DELETE",
+                path: itemPath(st.leaseName),
+                body: { preconditions: { resourceVersion: current!.metadata.resourceVersion } },
+                timeoutMs: attemptTimeoutMs,
+              })
+          return yield* write.pipe(
+            Effect.andThen(
+              Effect.logInfo(
+                "released a member Lease still naming this replica; another replica is assigned",
+              ).pipe(annotate),
+            ),
+            // Written meanwhile (our cache was behind): nothing of ours to release.
+            Effect.catchIf(
+              (e) => isConflict(e) || isNotFound(e),
+              () => Effect.void,
+            ),
+          )
+        }
         if (step._tag === "Lost") {
           st.held = false
           st.lease = undefined
           endTerm(st, true)
           onChange(st.name)
-          return yield* Effect.logWarning(
-            "member Lease not renewed within the renew deadline; stopped its work",
+          return yield* (
+            step.taken
+              ? Effect.logWarning("member Lease taken by another replica; stopped its work").pipe(
+                  Effect.annotateLogs({ holder: current?.spec?.holderIdentity ?? "(deleted)" }),
+                )
+              : Effect.logWarning(
+                  "member Lease not kept: this replica's Lease not renewed within the renew deadline; stopped its work",
+                )
           ).pipe(annotate)
         }
         if (step._tag !== "Acquire" && step.handOver) {
@@ -511,40 +599,18 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
         }
         if (step._tag === "Release") return yield* release(st, registered, onChange)
         if (step._tag === "Keep") return
-        if (step._tag === "Renew") {
-          // Renew from our own copy; a stale copy (Conflict) is read again once.
-          const t = yield* writeTimes
-          const lease = st.lease!
-          const open = () => mayWriteNow(st)
-          const renewed = yield* Effect.result(
-            put({ ...lease, spec: { ...lease.spec, renewTime: t.wall } }, open),
-          )
-          if (renewed._tag === "Success") {
-            st.lease = renewed.success
-            st.lastRenewStartMs = t.mono
-            return
-          }
-          if (!isConflict(renewed.failure) && !isNotFound(renewed.failure))
-            return yield* Effect.fail(renewed.failure)
-          const fresh = yield* get(st.leaseName).pipe(
-            Effect.catchIf(isNotFound, () => Effect.succeed(undefined)),
-          )
-          if (afterStaleRenewal(fresh?.spec, identity) === "Renew") {
-            const t2 = yield* writeTimes
-            st.lease = yield* put({ ...fresh!, spec: { ...fresh!.spec, renewTime: t2.wall } }, open)
-            st.lastRenewStartMs = t2.mono
-            return
-          }
-          st.held = false
-          st.lease = undefined
-          endTerm(st, true)
-          onChange(st.name)
-          return yield* Effect.logWarning("member Lease taken by another replica; stopped its work").pipe(
-            annotate,
-            Effect.annotateLogs({ holder: fresh?.spec?.holderIdentity ?? "(deleted)" }),
-          )
-        }
 
+        // A takeover from a holder we saw expire: its replica Lease read afresh (our cache may lag);
+        // changed since we last saw it, the holder is alive after all.
+        if (step.confirm !== undefined) {
+          const name = replicaLeaseName(step.confirm)
+          const fresh = yield* get(name).pipe(Effect.catchIf(isNotFound, () => Effect.succeed(undefined)))
+          const seen = replicaObservations.get(name)
+          if (fresh && (seen === undefined || seen.key !== leaseRecordKey(fresh.spec))) {
+            replicaObservations.set(name, observeLease(seen, fresh.spec, yield* monoMs))
+            return
+          }
+        }
         const t = yield* writeTimes
         const spec = current?.spec ?? {}
         const { takeover } = step
@@ -571,7 +637,9 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
         st.lease = written.success
         st.held = true
         st.releasing = false
-        st.lastRenewStartMs = t.mono
+        st.acquiredStartMs = t.mono
+        st.epoch = own?.epoch ?? 0
+        st.seenOurs = false
         maybeStartable(st)
         onChange(st.name)
         yield* Effect.logInfo("acquired member Lease").pipe(
@@ -585,12 +653,12 @@ export const makeSharding = (options: ShardingOptions): Effect.Effect<Sharding, 
       Effect.gen(function* () {
         const lease = st.lease
         // Still within the term's renew deadline, or not sent at all (the Lease then expires).
-        const renewedAt = st.lastRenewStartMs
-        const open = () => renewedAt !== undefined && nowMono() - renewedAt < renewDeadlineMs
+        const aliveSince = aliveSinceOf(st)
+        const open = () => fenceOpen(true, aliveSince, nowMono(), renewDeadlineMs)
         st.held = false
         st.releasing = false
         st.lease = undefined
-        st.lastRenewStartMs = undefined
+        st.acquiredStartMs = undefined
         if (lease) {
           if (registered) {
             const wall = microTime(yield* Clock.currentTimeMillis)
