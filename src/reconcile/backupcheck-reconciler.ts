@@ -796,23 +796,19 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       // 2. Decide the next run.
       const active = owned.filter((j) => jobPhase(j) === "Active" && !j.metadata?.deletionTimestamp)
       // A sandbox's Jobs stay while people may inspect it, and go with it.
-      const prune = Effect.suspend(() => {
-        const doomed = jobsToPrune(
+      const jobsToDelete = () =>
+        jobsToPrune(
           recorded.lastRun,
           owned.filter((j) => j.metadata?.namespace === ns),
           spec,
         )
-        return doomed.length === 0
-          ? Effect.void
-          : Effect.forEach(
-              doomed,
-              (job) =>
-                deleteJob(job, { uid: job.metadata?.uid }).pipe(
-                  Effect.catchIf(isConflict, () => Effect.void),
-                ),
-              { discard: true },
-            )
-      })
+      const prune = (doomed: ReadonlyArray<V1Job>) =>
+        Effect.forEach(
+          doomed,
+          (job) =>
+            deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void)),
+          { discard: true },
+        )
       /**
        * The sweeper's pass for this check: deletes the sandboxes of finished runs whose validation
        * window has passed, and orphans: a sandbox of another uid under this check's name (a re-created
@@ -820,15 +816,15 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        * history limit dropped, a hub that died between creating a sandbox and its run's Job) once it is
        * older than sandboxOrphanGraceMs, so another hub's run being started is left alone.
        */
-      const sweepSandboxes = Effect.suspend(() => {
+      const sweepSandboxes = () => {
         const store = options.namespaces
-        if (store === undefined) return Effect.void
+        if (store === undefined) return undefined
         const sandboxes = [
           ...store.byIndex(sandboxUidIndex, uid),
           ...store.byIndex(sandboxKeyIndex, `${ns}/${check.metadata.name}`),
         ]
         // most checks (every converged one without spec.sandbox) have none: nothing to look at
-        if (sandboxes.length === 0) return Effect.void
+        if (sandboxes.length === 0) return undefined
         return Effect.gen(function* () {
           const runs = [...(next.lastRun ? [next.lastRun] : []), ...(next.history ?? [])]
           const recordedRuns = new Map(
@@ -876,20 +872,34 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             }
           }
         })
-      })
+      }
+      /**
+       * The end of a pass: the sweeper's pass, the status write, then (with `pruning`) the Jobs past the
+       * history limits, as one effect: a converged pass, with none of the three to do, is one
+       * Effect.void, not three suspensions of this generator.
+       */
+      const finish = (status: BackupCheckStatus, pruning: boolean) => {
+        const sweep = sweepSandboxes()
+        const doomed = pruning ? jobsToDelete() : []
+        // the write is computed after the sweep: it reports the sweep's deletes and refusals
+        const writeAndPrune = () => {
+          const written = write(status)
+          return doomed.length === 0 ? written : Effect.andThen(written, prune(doomed))
+        }
+        return sweep === undefined ? writeAndPrune() : Effect.andThen(sweep, Effect.suspend(writeAndPrune))
+      }
       const inFlight = () => next.lastRun?.result === "Running"
 
       if (spec.suspend) {
         const { nextRunTime: _none, ...rest } = next
-        yield* sweepSandboxes
-        yield* write(
+        yield* finish(
           withVerified(rest, {
             status: "Unknown",
             reason: conditionReasons.Suspended,
             message: "verification is suspended",
           }),
+          true,
         )
-        yield* prune
         return inFlight() ? { requeueAfterMs: runningPollMs } : requeueAt(now, sandboxWake)
       }
 
@@ -931,9 +941,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         const blocking = active.filter((j) => j.metadata?.name !== jobName)
         if (blocking.length > 0 && spec.concurrencyPolicy === "Forbid") {
           // The new run waits for the active one (its verdict is recorded when it ends).
-          yield* sweepSandboxes
-          yield* write(applyStaleness(awaitingRun(next, target.runID)).status)
-          yield* prune
+          yield* finish(applyStaleness(awaitingRun(next, target.runID)).status, true)
           return { requeueAfterMs: runningPollMs }
         }
         if (blocking.length > 0) {
@@ -989,8 +997,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
           })
         }
-        yield* sweepSandboxes
-        yield* write(applyStaleness(next).status)
+        yield* finish(applyStaleness(next).status, false)
         return requeueAt(now, now + runningPollMs - 500, due.nextRunTime)
       }
 
@@ -1011,9 +1018,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         })
       }
       const stale = applyStaleness(next)
-      yield* sweepSandboxes
-      yield* write(stale.status)
-      yield* prune
+      yield* finish(stale.status, true)
       return inFlight()
         ? requeueAt(now, now + runningPollMs - 500, due.nextRunTime, sandboxWake)
         : requeueAt(now, due.nextRunTime, stale.deadline, sandboxWake)
