@@ -866,6 +866,17 @@ describe("metrics at fleet scale", () => {
       const after = yield* scrape(metrics)
       assert.strictEqual(seriesPerCluster(after, "east"), 0)
       assert.strictEqual(sampleValue(after, "controller_runtime_reconcile_time_seconds_count", hubWide), 2)
+
+      // nor does a member joining (or coming back): a hub-wide histogram is never set back to zero,
+      // which Prometheus would read as a counter reset of every bucket
+      metrics.initCluster("north", { maxConcurrentReconciles: 4 })
+      metrics.initCluster("east", { maxConcurrentReconciles: 4 })
+      const joined = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(joined, "controller_runtime_reconcile_time_seconds_count", hubWide), 2)
+      assert.strictEqual(
+        sampleValue(joined, "workqueue_queue_duration_seconds_count", { ...hubWide, name: "backupcheck" }),
+        1,
+      )
     }),
   )
 

@@ -159,8 +159,10 @@ export class FastHistogram extends Histogram<string> {
     }
   }
 
+  /** Creates the series at zero if it does not exist; an existing one keeps its counts (idempotent). */
   override zero(labels: Labels): void {
-    this.states.set(this.keyOf(labels), this.fresh(labels))
+    const key = this.keyOf(labels)
+    if (!this.states.has(key)) this.states.set(key, this.fresh(labels))
   }
 
   override remove(...args: Array<string> | [Partial<Record<string, string | number>>]): void {
