@@ -228,7 +228,8 @@ export const makeControllerRuntimeMetrics = (
     for (const result of reconcileResults) {
       total[result] = reconcileTotal.series({ controller, cluster: state.cluster, result })
     }
-    reconcileTime.zero(histogramLabels(labels))
+    // ensure, never zero: without --member-histograms the series is hub-wide, shared with every member
+    reconcileTime.ensure(histogramLabels(labels))
     if (state.maxConcurrentReconciles !== undefined) maxConcurrent.set(labels, state.maxConcurrentReconciles)
     const series: ControllerSeries = {
       labels,
@@ -247,8 +248,8 @@ export const makeControllerRuntimeMetrics = (
     const existing = state.queues.get(controller)
     if (existing !== undefined) return existing
     const labels = { name: controller, controller, cluster: state.cluster }
-    queueLatency.zero(histogramLabels(labels))
-    workDuration.zero(histogramLabels(labels))
+    queueLatency.ensure(histogramLabels(labels))
+    workDuration.ensure(histogramLabels(labels))
     const series: QueueSeries = {
       labels,
       adds: queueAdds.series(labels),

@@ -159,8 +159,13 @@ export class FastHistogram extends Histogram<string> {
     }
   }
 
-  /** Creates the series at zero if it does not exist; an existing one keeps its counts (idempotent). */
+  /** Sets the series back to zero, as prom-client's `zero` does. */
   override zero(labels: Labels): void {
+    this.states.set(this.keyOf(labels), this.fresh(labels))
+  }
+
+  /** Creates the series at zero unless it exists: an existing one keeps its counts (idempotent). */
+  ensure(labels: Labels): void {
     const key = this.keyOf(labels)
     if (!this.states.has(key)) this.states.set(key, this.fresh(labels))
   }
