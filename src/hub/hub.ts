@@ -80,6 +80,18 @@ export const runHub = Effect.fnUntraced(function* (
   const members = new Map<string, MemberEntry>()
   /** FleetBackupChecks as the placement controller last computed them (leader only). */
   const fleetChecks = new Map<string, FleetCheckView>()
+  // What the placement controller needs besides its clients, the same for a leader and a sharded holder.
+  const placementOptions = {
+    namespace: config.namespace,
+    members,
+    statusIntervalMs: config.statusIntervalMs,
+    resyncMs: config.resyncPeriodMs,
+    reportingInstance: identity,
+    views: fleetChecks,
+    onView: (v: FleetCheckView) =>
+      metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts, v.drills),
+    onGone: (namespace: string, name: string) => metrics.deleteFleetCheck(namespace, name),
+  }
   let leading = false
   let registrationSynced = false
   let leaderName: () => string | undefined = () => identity
@@ -217,17 +229,7 @@ export const runHub = Effect.fnUntraced(function* (
       mayWrite: Effect.suspend(() => fence.mayWrite),
       lostLease: Effect.suspend(() => fence.lostLease),
     })
-    yield* runPlacement({
-      hubClient,
-      namespace: config.namespace,
-      members,
-      statusIntervalMs: config.statusIntervalMs,
-      resyncMs: config.resyncPeriodMs,
-      reportingInstance: identity,
-      views: fleetChecks,
-      onView: (v) => metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts, v.drills),
-      onGone: (namespace, name) => metrics.deleteFleetCheck(namespace, name),
-    })
+    yield* runPlacement({ ...placementOptions, hubClient })
     yield* runRegistration({
       hubClient,
       config,
@@ -341,16 +343,9 @@ export const runHub = Effect.fnUntraced(function* (
         )
         yield* Effect.logInfo("holding the placement Lease: placing FleetBackupChecks")
         yield* runPlacement({
+          ...placementOptions,
           hubClient: gateWrites(electorClient, placement.mayWrite),
           memberWriter: (access) => access.clientFencedBy(placement.mayWrite),
-          namespace: config.namespace,
-          members,
-          statusIntervalMs: config.statusIntervalMs,
-          resyncMs: config.resyncPeriodMs,
-          reportingInstance: identity,
-          views: fleetChecks,
-          onView: (v) => metrics.setFleetCheck(v.namespace, v.name, v.verified.status, v.counts, v.drills),
-          onGone: (namespace, name) => metrics.deleteFleetCheck(namespace, name),
         })
         return yield* Effect.never
       })
