@@ -12,7 +12,8 @@
 //   as a Job controller would: no kubelet runs here)
 //   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
 // Environment: IDLE_SECONDS (60), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10),
-// JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
+// JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified),
+// AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
 // once converged), HUB_NICE=<n> (the hub's scheduling priority, e.g.
@@ -45,6 +46,7 @@ const eventSeconds = env("EVENT_SECONDS", 30)
 const wavePercent = env("WAVE_PERCENT", 10)
 const jobHoldMs = env("JOB_HOLD_MS", 5_000)
 const waveMaxSeconds = env("WAVE_MAX_SECONDS", 1_200)
+const afterWaveSeconds = env("AFTER_WAVE_SECONDS", 60)
 const group = "/apis/fleetcheck.io/v1alpha1"
 
 const t0 = Date.now()
@@ -56,6 +58,9 @@ const print = (line: string) => {
   console.log(line)
 }
 const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`
+/** The hub process's memory after GC and the sockets it holds (scale-hub-process.ts "measure"). */
+const memoryLine = (m: any) =>
+  `heap ${mib(m.heap)} (external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (anonymous ${mib(m.rssAnon)}); ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections`
 const pct = (sorted: ReadonlyArray<number>, p: number) =>
   sorted.length === 0
     ? Number.NaN
@@ -476,6 +481,7 @@ try {
   print(
     `memory after GC, after the ${idleSeconds} s idle window: heap ${mib(mem1.heap)} (${mem1.heap >= mem0.heap ? "+" : ""}${mib(mem1.heap - mem0.heap)}), rss ${mib(mem1.rss)} (${mem1.rss >= mem0.rss ? "+" : ""}${mib(mem1.rss - mem0.rss)})`,
   )
+  print(`  before the events and the wave: ${memoryLine(mem1)}`)
   print(
     `converged CPU: ${(idleCpu * 100).toFixed(1)}% of one core (${((idleCpu * 100) / members).toFixed(3)}% per member) over ${idleSeconds} s`,
   )
@@ -645,8 +651,13 @@ try {
     log(`schedules patched; waiting for ${slotDate.toISOString()}`)
     if (Date.now() > slot) throw new Error("patching the schedules took past the slot; rerun")
     const waveCpu0 = await ask<any>(proc, { cmd: "cpu" })
+    let peakSockets = { socketFds: 0, tcpEstablished: 0 }
+    let peakRss = 0
     while (done.size < waveChecks.length) {
       await sleep(2_000)
+      const now = await ask<any>(proc, { cmd: "sockets" })
+      if (now.tcpEstablished > peakSockets.tcpEstablished) peakSockets = now
+      peakRss = Math.max(peakRss, now.rss)
       if (Date.now() > slot)
         log(`wave: ${done.size}/${waveChecks.length} verified, ${active} Jobs active, ${jobsSeen} created`)
       // Cut short (a lock hold has an end): the figures below are then over the checks verified so far.
@@ -678,8 +689,13 @@ try {
     const mem2 = await ask<any>(proc, { cmd: "measure" })
     const scrape2 = await ask<any>(proc, { cmd: "scrape" })
     print(
-      `after the wave: heap ${mib(mem2.heap)}, rss ${mib(mem2.rss)}; /metrics ${scrape2.series} series, ${(scrape2.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape2.ms.toFixed(0)} ms (stall ${scrape2.stallMs.toFixed(0)} ms)`,
+      `during the wave (2 s samples): at most ${peakSockets.tcpEstablished} established TCP connections (${peakSockets.socketFds} socket fds then), rss at most ${mib(peakRss)}`,
     )
+    print(
+      `after the wave: ${memoryLine(mem2)}; /metrics ${scrape2.series} series, ${(scrape2.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape2.ms.toFixed(0)} ms (stall ${scrape2.stallMs.toFixed(0)} ms)`,
+    )
+    await sleep(afterWaveSeconds * 1000)
+    print(`${afterWaveSeconds} s after the wave: ${memoryLine(await ask<any>(proc, { cmd: "measure" }))}`)
     void serverOf
   }
   // Knobs: the same fleet under hubs with other settings, one after the other (KNOBS="flags;flags").

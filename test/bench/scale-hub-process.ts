@@ -1,14 +1,16 @@
 // The hub of fleet-scale.ts in a process of its own (started with --expose-gc): `fleetcheck hub` flags
 // after the script name (defaults otherwise, leader election off), the hub cluster's kubeconfig from
 // KUBECONFIG. It answers IPC requests with what only the process itself can see:
-//   measure        heap used, heap total and RSS after forced garbage collections
+//   measure        heap used, heap total, external, array buffers and RSS (anonymous part too) after forced
+//                  garbage collections; the process's socket fds and its established TCP connections
+//   sockets        the socket fds and established TCP connections only (no GC): sampled during the wave
 //   cpu            process.cpuUsage() (user + system µs) and a monotonic timestamp
 //   latency-start  start recording every workqueue wait (add → a worker takes the key) and event-loop delay
 //   latency-stop   the recorded waits (ms) and the event-loop delay in the window
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
 //   profile-start  start the CPU profiler; profile-stop writes the profile to the path given
-import { writeFileSync } from "node:fs"
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
 import { monitorEventLoopDelay, performance } from "node:perf_hooks"
 import { writeHeapSnapshot } from "node:v8"
@@ -64,6 +66,34 @@ const profiler = new Session()
 profiler.connect()
 let elu = performance.eventLoopUtilization()
 
+/**
+ * What the kernel says this process holds: socket fds, and how many of them are established TCP
+ * connections (their inodes in /proc/self/net/tcp{,6}, state 01), an observer the hub's code does not feed.
+ */
+const sockets = () => {
+  const inodes = new Set<string>()
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/self/fd/${fd}`))
+      if (m) inodes.add(m[1]!)
+    } catch {
+      // closed between the listing and the readlink
+    }
+  }
+  let established = 0
+  for (const table of ["/proc/self/net/tcp", "/proc/self/net/tcp6"]) {
+    for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/)
+      if (f[3] === "01" && inodes.has(f[9] ?? "")) established++
+    }
+  }
+  return { socketFds: inodes.size, tcpEstablished: established }
+}
+const rssAnon = () => {
+  const m = /^RssAnon:\s+(\d+) kB$/m.exec(readFileSync("/proc/self/status", "utf8"))
+  return m ? Number(m[1]) * 1024 : Number.NaN
+}
+
 process.on("message", async (msg: any) => {
   switch (msg.cmd) {
     case "measure": {
@@ -76,10 +106,16 @@ process.on("message", async (msg: any) => {
         heap: m.heapUsed,
         heapTotal: m.heapTotal,
         rss: m.rss,
+        rssAnon: rssAnon(),
         external: m.external,
+        arrayBuffers: m.arrayBuffers,
+        ...sockets(),
       })
       return
     }
+    case "sockets":
+      process.send?.({ ...sockets(), rss: process.memoryUsage.rss() })
+      return
     case "cpu": {
       const u = process.cpuUsage()
       process.send?.({ cpuMicros: u.user + u.system, at: performance.now() })
