@@ -60,7 +60,7 @@ const print = (line: string) => {
 const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`
 /** The hub process's memory after GC and the sockets it holds (scale-hub-process.ts "measure"). */
 const memoryLine = (m: any) =>
-  `heap ${mib(m.heap)} (external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (anonymous ${mib(m.rssAnon)}); ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections`
+  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}); ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections`
 const pct = (sorted: ReadonlyArray<number>, p: number) =>
   sorted.length === 0
     ? Number.NaN

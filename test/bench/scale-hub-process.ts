@@ -1,8 +1,8 @@
 // The hub of fleet-scale.ts in a process of its own (started with --expose-gc): `fleetcheck hub` flags
 // after the script name (defaults otherwise, leader election off), the hub cluster's kubeconfig from
 // KUBECONFIG. It answers IPC requests with what only the process itself can see:
-//   measure        heap used, heap total, external, array buffers and RSS (anonymous part too) after forced
-//                  garbage collections; the process's socket fds and its established TCP connections
+//   measure        heap used, heap total, external, array buffers and RSS (its brk heap and anonymous
+//                  mappings apart) after forced garbage collections; socket fds, established TCP connections
 //   sockets        the socket fds and established TCP connections only (no GC): sampled during the wave
 //   cpu            process.cpuUsage() (user + system µs) and a monotonic timestamp
 //   latency-start  start recording every workqueue wait (add → a worker takes the key) and event-loop delay
@@ -89,9 +89,26 @@ const sockets = () => {
   }
   return { socketFds: inodes.size, tcpEstablished: established }
 }
-const rssAnon = () => {
-  const m = /^RssAnon:\s+(\d+) kB$/m.exec(readFileSync("/proc/self/status", "utf8"))
-  return m ? Number(m[1]) * 1024 : Number.NaN
+/**
+ * Resident memory by kind of mapping (/proc/self/smaps): the brk heap (glibc malloc's main arena: TLS
+ * state, libuv, most native allocations of the main thread) and other anonymous mappings (the V8 heap,
+ * other malloc arenas, thread stacks).
+ */
+const rssByMapping = () => {
+  let kind = ""
+  let brk = 0
+  let anon = 0
+  for (const line of readFileSync("/proc/self/smaps", "utf8").split("\n")) {
+    if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) {
+      const name = line.trim().split(/\s+/)[5]
+      kind = name === undefined ? "anon" : name === "[heap]" ? "brk" : "other"
+    } else if (line.startsWith("Rss:")) {
+      const kb = Number(line.split(/\s+/)[1]) * 1024
+      if (kind === "brk") brk += kb
+      else if (kind === "anon") anon += kb
+    }
+  }
+  return { rssBrk: brk, rssAnonMaps: anon }
 }
 
 process.on("message", async (msg: any) => {
@@ -106,7 +123,7 @@ process.on("message", async (msg: any) => {
         heap: m.heapUsed,
         heapTotal: m.heapTotal,
         rss: m.rss,
-        rssAnon: rssAnon(),
+        ...rssByMapping(),
         external: m.external,
         arrayBuffers: m.arrayBuffers,
         ...sockets(),
