@@ -59,8 +59,17 @@ const print = (line: string) => {
 }
 const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`
 /** The hub process's memory after GC and the sockets it holds (scale-hub-process.ts "measure"). */
+/** Established connections to the hub apiserver and to member apiservers (the rest: the hub's own server's). */
+const connectionsTo = (m: any) => {
+  const byPort = Object.entries((m.byRemotePort ?? {}) as Record<string, number>)
+  const hub = byPort.filter(([p]) => Number(p) === hubPort).reduce((n, [, v]) => n + v, 0)
+  const members = byPort.filter(([p]) => memberPorts.has(Number(p))).reduce((n, [, v]) => n + v, 0)
+  return `${hub} to the hub apiserver, ${members} to member apiservers`
+}
+const memberPorts = new Set<number>()
+let hubPort = 0
 const memoryLine = (m: any) =>
-  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}); ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections`
+  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}); ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections (${connectionsTo(m)})`
 const pct = (sorted: ReadonlyArray<number>, p: number) =>
   sorted.length === 0
     ? Number.NaN
@@ -227,6 +236,8 @@ let hubProc: ChildProcess | undefined
 try {
   const hubCluster = fleet.cluster("hub")
   const servers = fleet.clusters.filter((c) => c.name !== "hub")
+  hubPort = Number(new URL(hubCluster.server).port)
+  for (const c of servers) memberPorts.add(Number(new URL(c.server).port))
   await installFleetcheck(hubCluster, servers)
   const memberList = Array.from({ length: members }, (_, j) => {
     const name = `m-${String(j).padStart(4, "0")}`
@@ -689,7 +700,7 @@ try {
     const mem2 = await ask<any>(proc, { cmd: "measure" })
     const scrape2 = await ask<any>(proc, { cmd: "scrape" })
     print(
-      `during the wave (2 s samples): at most ${peakSockets.tcpEstablished} established TCP connections (${peakSockets.socketFds} socket fds then), rss at most ${mib(peakRss)}`,
+      `during the wave (2 s samples): at most ${peakSockets.tcpEstablished} established TCP connections (${connectionsTo(peakSockets)}; ${peakSockets.socketFds} socket fds then), rss at most ${mib(peakRss)}`,
     )
     print(
       `after the wave: ${memoryLine(mem2)}; /metrics ${scrape2.series} series, ${(scrape2.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape2.ms.toFixed(0)} ms (stall ${scrape2.stallMs.toFixed(0)} ms)`,

@@ -81,13 +81,18 @@ const sockets = () => {
     }
   }
   let established = 0
+  // Established connections by the port they go to ("<hex ip>:<hex port>" in the rem_address column).
+  const byRemotePort: Record<number, number> = {}
   for (const table of ["/proc/self/net/tcp", "/proc/self/net/tcp6"]) {
     for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
       const f = line.trim().split(/\s+/)
-      if (f[3] === "01" && inodes.has(f[9] ?? "")) established++
+      if (f[3] !== "01" || !inodes.has(f[9] ?? "")) continue
+      established++
+      const port = Number.parseInt((f[2] ?? "").split(":")[1] ?? "", 16)
+      byRemotePort[port] = (byRemotePort[port] ?? 0) + 1
     }
   }
-  return { socketFds: inodes.size, tcpEstablished: established }
+  return { socketFds: inodes.size, tcpEstablished: established, byRemotePort }
 }
 /**
  * Resident memory by kind of mapping (/proc/self/smaps): the brk heap (glibc malloc's main arena: TLS
