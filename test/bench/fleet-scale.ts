@@ -16,7 +16,8 @@
 // AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
-// once converged), HUB_NICE=<n> (the hub's scheduling priority, e.g.
+// once converged), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
+// malloc), HUB_NICE=<n> (the hub's scheduling priority, e.g.
 // -10, so the apiservers, etcd and this script sharing the cores do not queue it), EVENT_RT=<1..99> (the
 // hub's threads SCHED_FIFO during the events only), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
@@ -66,6 +67,12 @@ const connectionsTo = (m: any) => {
   const members = byPort.filter(([p]) => memberPorts.has(Number(p))).reduce((n, [, v]) => n + v, 0)
   return `${hub} to the hub apiserver, ${members} to member apiservers`
 }
+/** The hub process's environment: its kubeconfig, and HUB_LD_PRELOAD as its LD_PRELOAD. */
+const hubEnv = (hub: LocalCluster) => ({
+  ...process.env,
+  KUBECONFIG: hub.kubeconfigPath,
+  ...(process.env.HUB_LD_PRELOAD ? { LD_PRELOAD: process.env.HUB_LD_PRELOAD } : {}),
+})
 const memberPorts = new Set<number>()
 let hubPort = 0
 const memoryLine = (m: any) =>
@@ -374,7 +381,7 @@ try {
   const hubStart = Date.now()
   hubProc = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, hubFlags, {
     execArgv: ["--expose-gc"],
-    env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath },
+    env: hubEnv(hubCluster),
     stdio: ["ignore", "ignore", "inherit", "ipc"],
   })
   const proc = hubProc
@@ -717,7 +724,7 @@ try {
     const started = Date.now()
     const kp = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, flags, {
       execArgv: ["--expose-gc"],
-      env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath },
+      env: hubEnv(hubCluster),
       stdio: ["ignore", "ignore", "inherit", "ipc"],
     })
     hubProc = kp
