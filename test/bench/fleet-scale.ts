@@ -208,6 +208,20 @@ const scrapeRequests = async (c: LocalCluster): Promise<Counts> => {
   }
   return counts
 }
+// Requests an apiserver refused or failed (429, 5xx), keyed "CODE VERB resource[/subresource]".
+const scrapeRefused = async (c: LocalCluster): Promise<Counts> => {
+  const r = await must("apiserver metrics", call(c, "GET", "/metrics"))
+  const counts: Counts = new Map()
+  for (const line of r.text.split("\n")) {
+    if (!line.startsWith("apiserver_request_total{")) continue
+    const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]))
+    if (labels.code !== "429" && !labels.code?.startsWith("5")) continue
+    const value = Number(line.slice(line.lastIndexOf(" ") + 1))
+    const key = `${labels.code} ${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ""}`
+    counts.set(key, (counts.get(key) ?? 0) + value)
+  }
+  return counts
+}
 const delta = (after: Counts, before: Counts, only?: (key: string) => boolean): Counts => {
   const d: Counts = new Map()
   for (const [k, v] of after) {
@@ -669,6 +683,7 @@ try {
     log(`schedules patched; waiting for ${slotDate.toISOString()}`)
     if (Date.now() > slot) throw new Error("patching the schedules took past the slot; rerun")
     const waveCpu0 = await ask<any>(proc, { cmd: "cpu" })
+    const refusedBefore = await Promise.all(servers.map(scrapeRefused))
     let peakSockets = { socketFds: 0, tcpEstablished: 0 }
     let peakRss = 0
     while (done.size < waveChecks.length) {
@@ -685,6 +700,14 @@ try {
       }
     }
     const waveCpu1 = await ask<any>(proc, { cmd: "cpu" })
+    // What the member apiservers refused during the wave (their max-inflight limits answer 429).
+    const refused: Counts = new Map()
+    for (const [i, c] of servers.entries())
+      for (const [k, v] of delta(await scrapeRefused(c), refusedBefore[i]!))
+        refused.set(k, (refused.get(k) ?? 0) + v)
+    log(
+      `wave: member apiservers refused or failed ${sum(refused)} requests${refused.size ? ` (${[...refused].map(([k, v]) => `${k} ${v}`).join(", ")})` : ""}`,
+    )
     for (const w of [...completer, ...checkWatch]) w.stop()
     for (const t of timers) clearTimeout(t)
     // A member is done when all its wave checks verified; a wave cut short counts only those members.
