@@ -195,33 +195,35 @@ const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) 
 }
 
 // ---- apiserver request counters (apiserver_request_total) --------------------------------------------
-type Counts = Map<string, number> // "VERB resource[/subresource]" → count
-const scrapeRequests = async (c: LocalCluster): Promise<Counts> => {
+type Counts = Map<string, number> // a key from the series' labels → count
+/** Sums apiserver_request_total by the key `keyOf` gives a series (undefined leaves it out). */
+const scrapeRequestTotals = async (
+  c: LocalCluster,
+  keyOf: (labels: Record<string, string>) => string | undefined,
+): Promise<Counts> => {
   const r = await must("apiserver metrics", call(c, "GET", "/metrics"))
   const counts: Counts = new Map()
   for (const line of r.text.split("\n")) {
     if (!line.startsWith("apiserver_request_total{")) continue
-    const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]))
+    const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!]))
+    const key = keyOf(labels)
+    if (key === undefined) continue
     const value = Number(line.slice(line.lastIndexOf(" ") + 1))
-    const key = `${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ""}`
     counts.set(key, (counts.get(key) ?? 0) + value)
   }
   return counts
 }
-// Requests an apiserver refused or failed (429, 5xx), keyed "CODE VERB resource[/subresource]".
-const scrapeRefused = async (c: LocalCluster): Promise<Counts> => {
-  const r = await must("apiserver metrics", call(c, "GET", "/metrics"))
-  const counts: Counts = new Map()
-  for (const line of r.text.split("\n")) {
-    if (!line.startsWith("apiserver_request_total{")) continue
-    const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]))
-    if (labels.code !== "429" && !labels.code?.startsWith("5")) continue
-    const value = Number(line.slice(line.lastIndexOf(" ") + 1))
-    const key = `${labels.code} ${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ""}`
-    counts.set(key, (counts.get(key) ?? 0) + value)
-  }
-  return counts
-}
+const verbAndResource = (labels: Record<string, string>) =>
+  `${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ""}`
+/** Requests by "VERB resource[/subresource]". */
+const scrapeRequests = (c: LocalCluster) => scrapeRequestTotals(c, verbAndResource)
+/** Requests an apiserver refused or failed (429, 5xx), by "CODE VERB resource[/subresource]". */
+const scrapeRefused = (c: LocalCluster) =>
+  scrapeRequestTotals(c, (labels) =>
+    labels.code === "429" || labels.code?.startsWith("5")
+      ? `${labels.code} ${verbAndResource(labels)}`
+      : undefined,
+  )
 const delta = (after: Counts, before: Counts, only?: (key: string) => boolean): Counts => {
   const d: Counts = new Map()
   for (const [k, v] of after) {

@@ -377,18 +377,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
       const server = serverOf(m)
       expect((await server.api("POST", "/api/v1/namespaces", { metadata: { name: m } })).status).toBe(201)
       expect((await server.api("POST", checkPath(m), backupCheck("once-0", m))).status).toBe(201)
-      const res = await hubCluster.api("POST", pathOf(secrets, { namespace: defaultHubNamespace }), {
-        apiVersion: "v1",
-        kind: "Secret",
-        metadata: {
-          name: m,
-          namespace: defaultHubNamespace,
-          labels: { [registrationLabel]: "true" },
-          annotations: { [namespacesAnnotation]: m },
-        },
-        data: { kubeconfig: Buffer.from(server.kubeconfig).toString("base64") },
-      })
-      expect(res.status).toBe(201)
+      await register(m, server, m)
     }
   })
 
