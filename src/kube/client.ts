@@ -11,7 +11,7 @@ import * as http from "node:http"
 import * as https from "node:https"
 import { createSecureContext, type SecureContext } from "node:tls"
 import { KubeConfig, type User } from "@kubernetes/client-node"
-import { Cause, Deferred, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
+import { Cause, Clock, Deferred, Effect, Option, Queue, Random, Schema, type Scope, Stream } from "effect"
 import { type ExecCredentialResult, type ExecPlugin, runExecPlugin } from "./exec-credential.ts"
 
 export class KubeApiError extends Schema.TaggedError<KubeApiError>()("KubeApiError", {
@@ -67,7 +67,7 @@ export interface KubeRequest {
   readonly body?: unknown
   /** Default application/json; PATCH callers pass application/merge-patch+json, apply-patch+yaml, ... */
   readonly contentType?: string
-  /** Whole-request deadline; default the client's requestTimeoutMs. */
+  /** Whole-request deadline, throttle retries included (see throttleRetryWaitMs); default the client's requestTimeoutMs. */
   readonly timeoutMs?: number
   /**
    * Asked again at the last moment: on a connected (and, for TLS, handshaken) socket, in the same
@@ -145,6 +145,8 @@ export interface KubeClientOptions {
   readonly execTimeoutMs?: number
   /** A ClusterProfile provider's extension config, passed to an exec plugin with provideClusterInfo. */
   readonly execClusterConfig?: unknown
+  /** A throttled request is about to be sent again (see throttleRetryWaitMs), for the metrics. */
+  readonly onThrottleRetry?: (method: string, status: number) => void
 }
 
 export interface ResourceRef {
@@ -242,6 +244,44 @@ const parseRetryAfter = (v: string | string[] | undefined): number | undefined =
   if (s === undefined) return undefined
   const n = Number(s)
   return Number.isFinite(n) && n >= 0 ? n : undefined
+}
+
+/**
+ * Throttled requests are sent again, as client-go's REST client does (rest/with_retry.go: checkWait, ten
+ * retries): a 429, or a 5xx with a Retry-After header, is the API server refusing the request (priority
+ * and fairness, in-flight limits, storage not ready) and saying when to come back. Every verb is sent
+ * again, as in client-go: the hub's writes are safe to repeat (deterministic names, so AlreadyExists is
+ * success; updates carry a resourceVersion; a repeated delete finds NotFound). Watches are not retried
+ * here: the informer backs off on their failures, honouring Retry-After.
+ */
+export const throttleRetries = 10
+/** The longest wait for one retry: priority and fairness asks for at most 32 s. */
+export const throttleRetryMaxWaitMs = 32_000
+/**
+ * Up to this share of the wait is added at random. client-go sleeps exactly Retry-After and spreads its
+ * retries with its client-side rate limiter; this client has none, so without it every request refused
+ * in one burst would come back in the same instant.
+ */
+export const throttleRetryJitter = 0.2
+
+/**
+ * How long to wait before sending a refused request again, or undefined when its error is the answer:
+ * not a throttling status, no Retry-After, the retries used up, or a wait that would not end before the
+ * request's deadline. `random` is in [0, 1).
+ */
+export const throttleRetryWaitMs = (
+  status: number,
+  retryAfterSeconds: number | undefined,
+  retriesSoFar: number,
+  remainingMs: number,
+  random: number,
+): number | undefined => {
+  if (status !== 429 && status < 500) return undefined
+  if (retryAfterSeconds === undefined || retriesSoFar >= throttleRetries) return undefined
+  const waitMs = Math.round(
+    Math.min(retryAfterSeconds * 1000, throttleRetryMaxWaitMs) * (1 + throttleRetryJitter * random),
+  )
+  return waitMs < remainingMs ? waitMs : undefined
 }
 
 // The auth-provider names the kubeconfig policy lets through; anything else is not named in messages.
@@ -859,14 +899,57 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       })
     })
 
-  const request = <T = unknown>(req: KubeRequest): Effect.Effect<T, KubeApiError | KubeTransportError> =>
+  /** One attempt: its credential, the exchange, and what the answer says about that credential. */
+  const exchange = (req: KubeRequest, timeoutMs: number) =>
     Effect.gen(function* () {
       const resolved = yield* resolveAuth(req.method, req.path)
       const release = hold(resolved.generation)
-      const res = yield* send(req, resolved).pipe(Effect.ensuring(Effect.sync(release)))
-      yield* Effect.annotateCurrentSpan("http.response.status_code", res.status)
+      const res = yield* send({ ...req, timeoutMs }, resolved).pipe(Effect.ensuring(Effect.sync(release)))
       if (res.status === 401) onUnauthorized(resolved.generation)
       else onAccepted(resolved.generation)
+      return res
+    })
+
+  /**
+   * The request, sent again while the server refuses it with a Retry-After (throttleRetryWaitMs), all
+   * within its one deadline; the wait is an interruptible sleep.
+   */
+  const exchangeRetryingThrottled = (req: KubeRequest) =>
+    Effect.gen(function* () {
+      const deadline = (yield* Clock.currentTimeMillis) + (req.timeoutMs ?? requestTimeoutMs)
+      const remainingMs = () => Effect.map(Clock.currentTimeMillis, (now) => deadline - now)
+      for (let retries = 0; ; retries++) {
+        const res = yield* exchange(req, Math.max(1, yield* remainingMs()))
+        if (isSuccess(res.status)) return { res, retries }
+        const waitMs = throttleRetryWaitMs(
+          res.status,
+          res.retryAfter,
+          retries,
+          yield* remainingMs(),
+          yield* Random.next,
+        )
+        if (waitMs === undefined) return { res, retries }
+        options.onThrottleRetry?.(req.method, res.status)
+        yield* Effect.logDebug("request throttled; sending it again after Retry-After").pipe(
+          Effect.annotateLogs({
+            cluster,
+            method: req.method,
+            path: req.path,
+            status: res.status,
+            retryAfterSeconds: res.retryAfter,
+            waitMs,
+            retry: retries + 1,
+          }),
+        )
+        yield* Effect.sleep(waitMs)
+      }
+    })
+
+  const request = <T = unknown>(req: KubeRequest): Effect.Effect<T, KubeApiError | KubeTransportError> =>
+    Effect.gen(function* () {
+      const { res, retries } = yield* exchangeRetryingThrottled(req)
+      yield* Effect.annotateCurrentSpan("http.response.status_code", res.status)
+      if (retries > 0) yield* Effect.annotateCurrentSpan("http.request.resend_count", retries)
       if (!isSuccess(res.status)) {
         return yield* apiError(req.method, req.path, res.status, res.text, res.retryAfter)
       }
