@@ -74,6 +74,8 @@ export interface MemberEngineOptions {
   readonly whileOwned?: MemberFence["whileOwned"]
   /** A LIST/WATCH of this member failed: a faster sign of a dead member than the next probe. */
   readonly onWatchFailure: (error: KubeError) => void
+  /** A throttled request to the member is sent again (kube/client.ts throttleRetryWaitMs), for the metrics. */
+  readonly onThrottleRetry: (method: string, status: number) => void
   /** A scheduled slot was skipped (concurrencyPolicy Forbid), for the metrics. */
   readonly onRunSkipped: (namespace: string, name: string) => void
   /** A run's verdict was written by this hub (see the reconciler's option). */
@@ -136,6 +138,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     userAgent: options.userAgent,
     execTimeoutMs: options.execTimeoutMs,
     ...(options.execClusterConfig !== undefined ? { execClusterConfig: options.execClusterConfig } : {}),
+    onThrottleRetry: options.onThrottleRetry,
   })
   const limit = options.globalLimit
   // A reconcile the member refused (401/403) backs off; once access is back, requeueAll undoes that.

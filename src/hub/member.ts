@@ -408,8 +408,13 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const syncPermit = yield* Scope.fork(yield* Effect.scope)
   yield* Semaphore.takeScoped(deps.syncLimit, 1).pipe(Scope.provide(syncPermit))
   const giveSyncPermit = Scope.close(syncPermit, Exit.void)
+  // A member's series are exported by the hub replica working it only (all of them without sharding).
+  let exporting = deps.fence.owned()
   const engine = yield* startMemberEngine({
     onWatchFailure,
+    onThrottleRetry: (method, status) => {
+      if (exporting) metrics.incRequestRetry(entry.name, method, status)
+    },
     cluster: entry.name,
     kubeConfig: spec.credential.current.kubeConfig,
     userAgent: deps.userAgent,
@@ -444,8 +449,6 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     checks: engine.checks,
     namespaces: spec.namespaces,
   }
-  // A member's series are exported by the hub replica working it only (all of them without sharding).
-  let exporting = deps.fence.owned()
   if (exporting) metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
   // Series follow the objects: a deleted check's go with it, a stopped member's with the member.
   engine.checks.addHandler({

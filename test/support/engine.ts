@@ -39,6 +39,7 @@ export const engineOptions = (
   mayWrite: Effect.succeed(true),
   lostLease: Effect.never,
   onRunSkipped: () => {},
+  onThrottleRetry: () => {},
   onRunRecorded: () => {},
   onWatchFailure: () => {},
   controllerHooks: undefined,

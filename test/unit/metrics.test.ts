@@ -601,6 +601,7 @@ const exercise = (metrics: FleetMetrics, cluster: string): void => {
   metrics.setInformerObjects(cluster, "jobs.batch", 5)
   metrics.setInformerObjects(cluster, "configmaps", 2)
   metrics.incInformerRestarts(cluster, "jobs.batch")
+  metrics.incRequestRetry(cluster, "POST", 429)
 }
 
 /** What a cluster looks like right after initCluster in a hub that knows both controllers. */
@@ -981,5 +982,30 @@ describe("restore drill metrics", () => {
         assert.strictEqual(find(e, "fleetcheck_recovery_point_age_seconds").length, 0)
         assert.strictEqual(find(e, "fleetcheck_restore_duration_seconds_count").length, 0)
       }),
+  )
+})
+
+describe("metrics: rest_client_request_retries_total", () => {
+  it.effect("counts throttled requests sent again by cluster, code and verb, from the first retry", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      metrics.initCluster("east", { maxConcurrentReconciles: 2 })
+      let e = yield* scrape(metrics)
+      assert.strictEqual(e.types.get("rest_client_request_retries_total"), "counter")
+      assert.deepStrictEqual(find(e, "rest_client_request_retries_total", { cluster: "east" }), [])
+
+      metrics.incRequestRetry("east", "POST", 429)
+      metrics.incRequestRetry("east", "POST", 429)
+      metrics.incRequestRetry("east", "GET", 503)
+      e = yield* scrape(metrics)
+      const retries = (verb: string, code: string) =>
+        sampleValue(e, "rest_client_request_retries_total", { cluster: "east", verb, code })
+      assert.strictEqual(retries("POST", "429"), 2)
+      assert.strictEqual(retries("GET", "503"), 1)
+
+      metrics.forgetMember("east")
+      e = yield* scrape(metrics)
+      assert.deepStrictEqual(find(e, "rest_client_request_retries_total", { cluster: "east" }), [])
+    }),
   )
 })

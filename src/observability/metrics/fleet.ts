@@ -32,6 +32,11 @@ export interface FleetGauges {
   incInformerRestarts(cluster: string, resource: string): void
   /** A scheduled slot was skipped because the previous run was still active (concurrencyPolicy Forbid). */
   incRunSkipped(cluster: string): void
+  /**
+   * A request to the member was sent again after the API server refused it with a Retry-After (429, or
+   * a 5xx): client-go's rest_client_request_retries_total, keyed by cluster instead of host.
+   */
+  incRequestRetry(cluster: string, verb: string, code: number): void
   /** A run's verdict was written: how long its restore phase took (once per run, by the hub that wrote it). */
   observeRestoreDuration(cluster: string, seconds: number): void
   /**
@@ -54,6 +59,8 @@ export const restoreDurationBuckets = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 36
 
 interface ClusterState {
   readonly resources: Set<string>
+  /** The {code, verb} pairs of rest_client_request_retries_total this cluster has series for. */
+  readonly retried: Map<string, { readonly code: string; readonly verb: string }>
 }
 
 export const makeFleetGauges = (
@@ -92,6 +99,13 @@ export const makeFleetGauges = (
     name: "fleetcheck_backupcheck_runs_skipped_total",
     help: "Scheduled runs not started because the previous run was still active (concurrencyPolicy Forbid)",
     labelNames: ["cluster"],
+    registers,
+  })
+  // client-go's name and labels, host replaced by cluster; a series appears with its first retry.
+  const requestRetries = new Counter({
+    name: "rest_client_request_retries_total",
+    help: "Requests sent again after the API server refused them with a Retry-After (429, or 5xx), by status code and verb",
+    labelNames: ["cluster", "code", "verb"],
     registers,
   })
   // Observed once per finished run, with the SPEC's `cluster` label: a member's 16 series appear with its
@@ -135,7 +149,7 @@ export const makeFleetGauges = (
   const addCluster = (cluster: string): ClusterState => {
     const existing = clusters.get(cluster)
     if (existing !== undefined) return existing
-    const state: ClusterState = { resources: new Set() }
+    const state: ClusterState = { resources: new Set(), retried: new Map() }
     clusters.set(cluster, state)
     checkSeries.addCluster(cluster)
     memberConnected.set({ cluster }, 0)
@@ -154,6 +168,7 @@ export const makeFleetGauges = (
       for (const family of perInformer) family.remove({ cluster, resource })
     }
     for (const family of perMember) family.remove({ cluster })
+    for (const labels of state.retried.values()) requestRetries.remove({ cluster, ...labels })
   }
 
   const setCheckVerified = (
@@ -190,6 +205,12 @@ export const makeFleetGauges = (
     incInformerRestarts: (cluster, resource) => {
       ensureResource(cluster, addCluster(cluster), resource)
       informerRestarts.inc({ cluster, resource })
+    },
+    incRequestRetry: (cluster, verb, code) => {
+      const state = addCluster(cluster)
+      const labels = { code: String(code), verb }
+      state.retried.set(`${labels.code} ${verb}`, labels)
+      requestRetries.inc({ cluster, ...labels })
     },
     incRunSkipped: (cluster) => {
       addCluster(cluster)

@@ -2,7 +2,8 @@
 // dependency registers leaks into /metrics and tests can build as many as they like).
 //
 //   ./controller-runtime.ts  controller_runtime_* and workqueue_*, with the controller and queue hooks
-//   ./fleet.ts               fleetcheck_*: checks, members, informers, the hub-wide in-flight gauge
+//   ./fleet.ts               fleetcheck_*: checks, members, informers, the hub-wide in-flight gauge;
+//                            client-go's rest_client_request_retries_total per member
 //   ./fast-series.ts         plain-number counters and gauges for the hot path, copied in when scraped
 //
 // Every per-member series has a `cluster` label. A cluster is known from its first mention (initCluster,
@@ -162,6 +163,10 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
     incInformerRestarts: (cluster, resource) => {
       ensureCluster(cluster)
       fleet.incInformerRestarts(cluster, resource)
+    },
+    incRequestRetry: (cluster, verb, code) => {
+      ensureCluster(cluster)
+      fleet.incRequestRetry(cluster, verb, code)
     },
     incRunSkipped: (cluster) => {
       ensureCluster(cluster)
