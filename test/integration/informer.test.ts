@@ -2,7 +2,12 @@
 // LIST, events, stripping, label selectors, an apiserver restarted under a live informer, a forced
 // 410 relist with deletes for what vanished, a throwing handler. What a real apiserver will not do on
 // demand (split and garbage watch lines, silence, ERROR 410 and 5xx) is covered against a scripted
-// server in test/unit/kube-client-watch.test.ts and test/unit/informer-scripted.test.ts.
+// server in test/unit/kube-client-watch.test.ts and test/unit/informer-scripted.test.ts. Requests the
+// API server refuses with 429 (a priority level with a seat or few and queuing off) are sent again.
+import { readFileSync } from "node:fs"
+import { createServer } from "node:https"
+import type { AddressInfo } from "node:net"
+import { KubeConfig } from "@kubernetes/client-node"
 import { Cause, Effect, Exit, Scope, Tracer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
@@ -164,6 +169,172 @@ describe("kube client and informer against a real apiserver", () => {
       expect(requests[2]?.attributes.get("http.request.method")).toBe("POST")
     } finally {
       await Effect.runPromise(Scope.close(scope, Exit.void))
+    }
+  })
+
+  it("sends requests the API server refused with 429 (priority and fairness) again until they succeed", async () => {
+    // A priority level of its own for one user, with a nominal share of 1, nothing borrowed and
+    // queuing off (Reject): requests past its few seats get 429 with Retry-After at once. An admission
+    // webhook holds each create (and so its seat) until the client has been refused once, so the
+    // refusals do not depend on timing.
+    const user = "inf-throttled"
+    const level = "fleetcheck-test-throttled"
+    const namespace = await ns("inf-throttle")
+    let release: () => void = () => {}
+    const released = new Promise<void>((r) => {
+      release = r
+    })
+    const safety = setTimeout(release, 10_000)
+    const fixture = (f: string) =>
+      readFileSync(new URL(`../support/fixtures/scripted-tls/${f}`, import.meta.url))
+    const webhook = createServer({ cert: fixture("server.crt"), key: fixture("server.key") }, (req, res) => {
+      let body = ""
+      req.on("data", (chunk: Buffer) => {
+        body += chunk.toString("utf8")
+      })
+      req.on("end", () => {
+        const uid = (JSON.parse(body) as { request: { uid: string } }).request.uid
+        void released.then(() => {
+          res.writeHead(200, { "content-type": "application/json" })
+          res.end(
+            JSON.stringify({
+              apiVersion: "admission.k8s.io/v1",
+              kind: "AdmissionReview",
+              response: { uid, allowed: true },
+            }),
+          )
+        })
+      })
+    })
+    await new Promise<void>((r) => webhook.listen(0, "127.0.0.1", r))
+    const webhookName = "hold.inf-throttle.fleetcheck.io"
+    const scope = Effect.runSync(Scope.make())
+    try {
+      const port = (webhook.address() as AddressInfo).port
+      await mustApi("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", {
+        metadata: { name: webhookName },
+        webhooks: [
+          {
+            name: webhookName,
+            clientConfig: {
+              url: `https://127.0.0.1:${port}/hold`,
+              caBundle: fixture("server.crt").toString("base64"),
+            },
+            rules: [
+              { operations: ["CREATE"], apiGroups: [""], apiVersions: ["v1"], resources: ["configmaps"] },
+            ],
+            namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": namespace } },
+            failurePolicy: "Fail",
+            sideEffects: "None",
+            admissionReviewVersions: ["v1"],
+            timeoutSeconds: 15,
+          },
+        ],
+      })
+      await mustApi("POST", "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
+        metadata: { name: level },
+        spec: {
+          type: "Limited",
+          limited: {
+            nominalConcurrencyShares: 1,
+            lendablePercent: 0,
+            borrowingLimitPercent: 0,
+            limitResponse: { type: "Reject" },
+          },
+        },
+      })
+      await mustApi("POST", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+        metadata: { name: level },
+        spec: {
+          priorityLevelConfiguration: { name: level },
+          matchingPrecedence: 500,
+          rules: [
+            {
+              subjects: [{ kind: "User", user: { name: user } }],
+              resourceRules: [
+                { verbs: ["*"], apiGroups: ["*"], resources: ["*"], namespaces: ["*"], clusterScope: true },
+              ],
+            },
+          ],
+        },
+      })
+      await mustApi("POST", `/apis/rbac.authorization.k8s.io/v1/namespaces/${namespace}/roles`, {
+        metadata: { name: "configmaps" },
+        rules: [{ apiGroups: [""], resources: ["configmaps"], verbs: ["create"] }],
+      })
+      await mustApi("POST", `/apis/rbac.authorization.k8s.io/v1/namespaces/${namespace}/rolebindings`, {
+        metadata: { name: "configmaps" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "configmaps" },
+        subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name: user }],
+      })
+      const apiserverMetric = async (name: string) => {
+        const text = String((await c.api("GET", "/metrics")).body)
+        return text
+          .split("\n")
+          .filter((l) => l.startsWith(`${name}{`) && l.includes(`priority_level="${level}"`))
+          .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+      }
+      let seats = 0
+      await waitUntil("the priority level in force", 10_000, async () => {
+        seats = await apiserverMetric("apiserver_flowcontrol_nominal_limit_seats")
+        return seats > 0
+      })
+
+      // The admin's token, acting as the throttled user (its priority level is the impersonated user's).
+      const admin = kubeConfigOf(c.kubeconfig)
+      const asUser = new KubeConfig()
+      asUser.loadFromOptions({
+        clusters: admin.clusters,
+        contexts: admin.contexts,
+        currentContext: admin.getCurrentContext(),
+        users: admin.users.map((u) => ({ ...u, impersonateUser: user })),
+      })
+      let retries = 0
+      const client = await Effect.runPromise(
+        makeKubeClient({
+          cluster: "inf",
+          kubeConfig: asUser,
+          onThrottleRetry: (method, status) => {
+            expect([method, status]).toEqual(["POST", 429])
+            retries++
+            release()
+          },
+        }).pipe(Scope.provide(scope)),
+      )
+      // Two more creates at once than the level has seats: the first `seats` wait in the webhook, the
+      // rest are refused until they are let through.
+      const names = Array.from({ length: seats + 2 }, (_, i) => `burst-${i}`)
+      const created = await Effect.runPromise(
+        Effect.forEach(
+          names,
+          (name) =>
+            client.request<ConfigMap>({
+              method: "POST",
+              path: cmPath(namespace),
+              body: { apiVersion: "v1", kind: "ConfigMap", metadata: { name }, data: { v: "1" } },
+            }),
+          { concurrency: "unbounded" },
+        ),
+      )
+      expect(created.map((o) => o.metadata.name)).toEqual(names)
+      const rejected = await apiserverMetric("apiserver_flowcontrol_rejected_requests_total")
+      process.stderr.write(
+        `[informer] ${names.length} creates on a level of ${seats} seats: the API server rejected ${rejected}, the client retried ${retries}\n`,
+      )
+      expect(rejected).toBeGreaterThanOrEqual(2)
+      expect(retries).toBe(rejected)
+    } finally {
+      clearTimeout(safety)
+      release()
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      await c.api(
+        "DELETE",
+        `/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/${webhookName}`,
+      )
+      await c.api("DELETE", `/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/${level}`)
+      await c.api("DELETE", `/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/${level}`)
+      webhook.closeAllConnections()
+      await new Promise<void>((r) => webhook.close(() => r()))
     }
   })
 
