@@ -53,12 +53,15 @@ export const fleetReasons = {
   DrillTargetIsSource: "DrillTargetIsSource",
   /** spec.drill names or selects no MemberCluster at all. */
   NoDrillTargets: "NoDrillTargets",
+  /** spec.drill.targetClusters names a cluster that is no MemberCluster (condition Placed; not drilled). */
+  DrillTargetNotFound: "DrillTargetNotFound",
 } as const
 
 /** Reasons of the Events the hub records on a FleetBackupCheck. */
 export const fleetEventReasons = {
   PlacementConflict: "PlacementConflict",
   PlacementRefused: "PlacementRefused",
+  DrillTargetNotFound: fleetReasons.DrillTargetNotFound,
 } as const
 
 /** Where the placed check of one cluster stands. */

@@ -718,7 +718,7 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
     expect(await placedMap("xdr")).toEqual({ m1: [], m2: [], m3: [] })
   })
 
-  it("bad drill input gets a clear condition or error: the only target is the source, no target, a bad period", async () => {
+  it("bad drill input gets a clear condition or error: the only target is the source, no target, a target that is no member, a bad period", async () => {
     await apply(drillCheck("xdr-self", { targetClusters: ["m1"], period: "1h" }))
     const self = await fbcWhere(
       "xdr-self",
@@ -740,6 +740,30 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
     // Nothing was placed as a drill anywhere for either.
     for (const m of members)
       for (const name of ["xdr-self", "xdr-none"]) expect(await drillChecksIn(m, name)).toEqual([])
+    // A named target that is no member: said on Placed and in an Event; the named member is drilled.
+    await apply(drillCheck("xdr-ghost", { targetClusters: ["m2", "ghost"], period: "1h" }))
+    const ghost = await fbcWhere(
+      "xdr-ghost",
+      "DrillTargetNotFound",
+      (o) => cond(o, "Placed")?.reason === "DrillTargetNotFound",
+    )
+    expect(cond(ghost, "Placed")).toMatchObject({ status: "False" })
+    expect(cond(ghost, "Placed").message).toMatch(
+      /targetClusters names a cluster with no MemberCluster \(ghost\)/,
+    )
+    await waitUntil("a DrillTargetNotFound Event", 20_000, async () => {
+      const list = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
+        .body
+      return list.items.some(
+        (e: any) =>
+          e.reason === "DrillTargetNotFound" && e.regarding?.name === "xdr-ghost" && /ghost/.test(e.note),
+      )
+    })
+    await waitUntil(
+      "m1's drill placed in m2",
+      20_000,
+      async () => (await drillChecksIn(member("m2"), "xdr-ghost")).length === 1,
+    )
     // The API server refuses a bad period and an ambiguous target, naming the field.
     for (const [drill, message] of [
       [{ targetClusters: ["m2"], period: "1s" }, /spec\.drill\.period.*between 1m and 8784h/],
@@ -753,7 +777,7 @@ describe("FleetBackupCheck placement: hub + three labelled members", () => {
       expect(res.status, JSON.stringify(res.body)).toBe(422)
       expect(res.body.message).toMatch(message)
     }
-    for (const name of ["xdr-self", "xdr-none"]) await deleteFbc(name)
+    for (const name of ["xdr-self", "xdr-none", "xdr-ghost"]) await deleteFbc(name)
   })
 
   it("a member registered through a ClusterProfile shows its properties; a propertySelector places the check there only", async () => {

@@ -13,11 +13,13 @@ import {
   drillCheckOf,
   judgeDrills,
   mergeDrills,
+  missingDrillTargets,
   planDrills,
   rotatedTarget,
   roundOf,
   sourceAnnotation,
   withDrills,
+  withMissingDrillTargets,
 } from "../../src/hub/placement/drill.ts"
 import { placedCheckOf } from "../../src/hub/placement/plan.ts"
 
@@ -137,6 +139,30 @@ describe("rotation", () => {
       5,
     )
     for (const d of bySelector) assert.isTrue("target" in d && d.target !== d.source && d.target !== "a")
+  })
+  it("names targetClusters that are no MemberCluster, and Placed says so: False DrillTargetNotFound", () => {
+    const all = clusters(["a", "b"])
+    const drill = parsed({ drill: { targetClusters: ["b", "ghost", "a", "ghost", "gone"], period: "1h" } })
+      .spec.drill!
+    assert.deepStrictEqual(missingDrillTargets(drill, all), ["ghost", "gone"].sort())
+    // The ones that exist are still drilled.
+    assert.deepStrictEqual(planDrills(drill, ["a"], all, 5), [{ source: "a", target: "b" }])
+    const bySelector = parsed({ drill: { targetSelector: {}, period: "1h" } }).spec.drill!
+    assert.deepStrictEqual(missingDrillTargets(bySelector, all), [])
+
+    const placed = { status: "True" as const, reason: "Placed", message: "placed in all 2 selected clusters" }
+    assert.strictEqual(withMissingDrillTargets(placed, []), placed)
+    const missing = withMissingDrillTargets(placed, ["ghost", "gone"])
+    assert.strictEqual(missing.status, "False")
+    assert.strictEqual(missing.reason, "DrillTargetNotFound")
+    assert.match(missing.message, /targetClusters names 2 clusters with no MemberCluster \(ghost; gone\)/)
+    const pending = { status: "Unknown" as const, reason: "PlacementPending", message: "waiting for b" }
+    assert.strictEqual(withMissingDrillTargets(pending, ["ghost"]).reason, "DrillTargetNotFound")
+    // A problem already there keeps its reason; the missing targets are added to its message.
+    const failed = { status: "False" as const, reason: "PlacementFailed", message: "not placed in b" }
+    const both = withMissingDrillTargets(failed, ["ghost"])
+    assert.strictEqual(both.reason, "PlacementFailed")
+    assert.match(both.message, /^not placed in b; spec\.drill\.targetClusters names a cluster .*\(ghost\)/)
   })
   it("rounds are floor(now / period)", () => {
     assert.strictEqual(roundOf(3_599_999, 3_600_000), 0)

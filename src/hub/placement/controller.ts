@@ -57,11 +57,14 @@ import {
   drillEntry,
   judgeDrills,
   mergeDrills,
+  missingDrillTargets,
+  missingDrillTargetsMessage,
   periodMsOf,
   planDrills,
   roundOf,
   sourceAnnotation,
   withDrills,
+  withMissingDrillTargets,
 } from "./drill.ts"
 import {
   countsOf,
@@ -324,7 +327,7 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
     if (announced.get(key) === message) return Effect.void
     announced.set(key, message)
     return Effect.andThen(
-      Effect.logWarning("placement refused or conflicting").pipe(
+      Effect.logWarning("placement problem; recorded as an Event").pipe(
         Effect.annotateLogs({ member: cluster, reason, error: message }),
       ),
       recordEvent(fbc, reason, `${cluster}: ${message}`),
@@ -575,8 +578,22 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
         current.push(drillEntry(d.source, d.target, check.name, round * periodMs, entry))
       }
       const entries = mergeDrills(current, fbc.status?.drills ?? [], new Set(sources))
+      const missing = missingDrillTargets(
+        drill,
+        clusters.store.list().map((mc) => mc.metadata),
+      )
+      // One Event per distinct list (announce), so a reconcile every status interval repeats nothing.
+      if (missing.length > 0)
+        yield* announce(
+          fbc,
+          "drill targets",
+          fleetEventReasons.DrillTargetNotFound,
+          missingDrillTargetsMessage(missing),
+        )
+      else announced.delete(`${checkKeyOf(fbc)} drill targets`)
       return {
         entries,
+        missing,
         placed,
         verdicts: judgeDrills(entries, problems, now, periodMs),
         nextRoundAt: (round + 1) * periodMs,
@@ -716,11 +733,15 @@ export const runPlacement = Effect.fnUntraced(function* (options: PlacementOptio
       )
       const all = [...entries, ...removing]
       const selector = describeSelector(spec.clusterSelector)
-      const [placedCondition, verifiedCondition] = fleetConditions(all, generation, { selector })
+      const placement = fleetConditions(all, generation, { selector })
+      const [placedCondition, verifiedCondition] = placement
       const conditions =
-        drill && placedCondition && verifiedCondition && selected.length > 0
-          ? [placedCondition, withDrills(verifiedCondition, drill.verdicts)]
-          : fleetConditions(all, generation, { selector })
+        drill && placedCondition && verifiedCondition
+          ? [
+              withMissingDrillTargets(placedCondition, drill.missing),
+              selected.length > 0 ? withDrills(verifiedCondition, drill.verdicts) : verifiedCondition,
+            ]
+          : placement
       if (drill) yield* recordAtSources(parsed.data, want, drill.entries)
       yield* writeStatus(fbc, resourceVersion, all, conditions, {
         selector,

@@ -92,6 +92,42 @@ export const planDrills = (
   })
 }
 
+/**
+ * The names in spec.drill.targetClusters that are no MemberCluster (sorted, each once). They are left
+ * out of the rotation, and said so (withMissingDrillTargets): a misspelt or unregistered target must
+ * not look drilled.
+ */
+export const missingDrillTargets = (
+  drill: Drill,
+  clusters: ReadonlyArray<{ readonly name: string }>,
+): string[] => {
+  if (!drill.targetClusters) return []
+  const existing = new Set(clusters.map((c) => c.name))
+  return [...new Set(drill.targetClusters.filter((n) => !existing.has(n)))].sort()
+}
+
+/** Why the missing targets are not drilled, for the Placed condition and an Event. */
+export const missingDrillTargetsMessage = (missing: ReadonlyArray<string>): string =>
+  `spec.drill.targetClusters names ${missing.length === 1 ? "a cluster" : `${missing.length} clusters`} with no MemberCluster (${listed(missing, (n) => n.slice(0, 253))}): ${missing.length === 1 ? "it is" : "they are"} not drilled until registered`
+
+/**
+ * Folds missing drill targets into Placed: False DrillTargetNotFound, as a problem beats unknown beats
+ * ok; a Placed already False keeps its reason and gets the message appended. FleetVerified is left
+ * alone: the drills that run are judged as before, and a spec naming no member at all is NoDrillTargets.
+ */
+export const withMissingDrillTargets = <
+  C extends { status: "True" | "False" | "Unknown"; reason: string; message: string },
+>(
+  placedCondition: C,
+  missing: ReadonlyArray<string>,
+): C => {
+  if (missing.length === 0) return placedCondition
+  const message = missingDrillTargetsMessage(missing)
+  return placedCondition.status === "False"
+    ? { ...placedCondition, message: `${placedCondition.message}; ${message}` }
+    : { ...placedCondition, status: "False", reason: fleetReasons.DrillTargetNotFound, message }
+}
+
 /** The drill check's name in the target: `<placed name>-drill-<source>-r<round>` (a fresh run each round). */
 export const drillCheckName = (placedName: string, source: string, round: number): string => {
   const plain = `${placedName}-drill-${source}-r${round}`
