@@ -79,6 +79,35 @@ describe("check page", () => {
     assert.include(text, "data age met (1h0m0s)")
   })
 
+  it("names the FleetBackupCheck that placed the check and, for a drill check, the cluster whose backup it restores", () => {
+    const drill: CheckView = {
+      ...view,
+      cluster: "m2",
+      name: "orders-drill-m1-r7",
+      fleetBackupCheck: "fleetcheck-system/orders",
+      drillSource: "m1",
+    }
+    const text = renderCheckPage(drill, check(undefined), { ...cluster, name: "m2" }, opts)
+    assert.include(
+      text,
+      '<dt>Placed by</dt><dd>FleetBackupCheck <a class="full" href="./#fleet-checks">fleetcheck-system/orders</a></dd>',
+    )
+    assert.include(
+      text,
+      '<dt>Drill</dt><dd>restores the backup of cluster <a class="full" href="./cluster?name=m1">m1</a> here, in m2</dd>',
+    )
+    const placed = renderCheckPage(
+      { ...view, fleetBackupCheck: "fleetcheck-system/orders" },
+      check(undefined),
+      cluster,
+      opts,
+    )
+    assert.include(placed, "<dt>Placed by</dt>")
+    assert.notInclude(placed, "<dt>Drill</dt>")
+    const own = renderCheckPage(view, check(undefined), cluster, opts)
+    assert.notInclude(own, "Placed by")
+  })
+
   it("says when no run has finished", () => {
     assert.include(renderCheckPage(view, check(undefined), cluster, opts), "No finished run yet.")
   })

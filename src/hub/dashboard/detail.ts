@@ -1,6 +1,6 @@
 // Drill-down pages, server-rendered like the overview and linked from it: a cluster (its conditions,
-// counts, labels and checks) and a check (its verdict as every view shows it, spec summary, conditions,
-// last run with its trace). Texts the overview clamps are shown here in full.
+// counts, labels and checks) and a check (its verdict as every view shows it, the FleetBackupCheck that
+// placed it and the source of a drill check, spec summary, conditions, last run with its trace). Texts the overview clamps are shown here in full.
 import type { BackupCheck, LastRun } from "../../api/backupcheck.ts"
 import type { CheckView, ClusterView } from "../../api/fleet.ts"
 import { formatDuration } from "../../api/syntax.ts"
@@ -112,6 +112,25 @@ ${history.map(
 
 const back = html`<nav><a href="./">← Fleet overview</a></nav>`
 
+/**
+ * Where a check comes from when the hub placed it (the fleet view's fleetBackupCheck and drillSource):
+ * its FleetBackupCheck, and for a drill check the member whose backup it restores here.
+ */
+const placedByFacts = (check: CheckView): ReadonlyArray<readonly [string, Html | undefined]> => [
+  [
+    "Placed by",
+    check.fleetBackupCheck
+      ? html`FleetBackupCheck <a class="full" href="./#fleet-checks">${check.fleetBackupCheck}</a>`
+      : undefined,
+  ],
+  [
+    "Drill",
+    check.drillSource
+      ? html`restores the backup of cluster <a class="full" href="${clusterHref(check.drillSource)}">${check.drillSource}</a> here, in ${check.cluster}`
+      : undefined,
+  ],
+]
+
 export const renderClusterPage = (
   cluster: ClusterView,
   checks: ReadonlyArray<CheckView>,
@@ -158,6 +177,7 @@ export const renderCheckPage = (
   const body = html`${back}
 <h1><span class="full">${check.namespace}/${check.name}</span></h1>
 <p class="summary">in cluster <a href="${clusterHref(cluster.name)}">${cluster.name}</a></p>
+${check.fleetBackupCheck ? facts(placedByFacts(check)) : nothing}
 <h2 id="verdict">Verified</h2>
 ${facts([
   ["Status", badge(check.status)],
@@ -175,6 +195,10 @@ ${facts([
 <h2 id="spec">Spec</h2>
 ${facts([
   ["Backup", html`<span class="full">${spec.backup.name}</span>`],
+  [
+    "Backup of cluster",
+    spec.backup.cluster ? html`<span class="full">${spec.backup.cluster}</span>` : undefined,
+  ],
   ["Source", spec.backup.source ? html`<span class="full">${spec.backup.source}</span>` : undefined],
   ["Checksum", spec.backup.checksum ? html`<code class="full">${spec.backup.checksum}</code>` : undefined],
   [
