@@ -34,7 +34,7 @@ import {
   startFleet,
 } from "../../clusters/local-fleet/index.ts"
 import { parseBackupCheck } from "../../src/api/backupcheck.ts"
-import { finalizerName, labelBackupCheck, namespacesAnnotation } from "../../src/api/names.ts"
+import { finalizerName, labelBackupCheck, labelRun, namespacesAnnotation } from "../../src/api/names.ts"
 import { jobNameFor, runIDForTime, specHashFor, traceparentFor } from "../../src/reconcile/run-identity.ts"
 import { sleep } from "../support/wait.ts"
 
@@ -156,15 +156,32 @@ const pool = async <T>(items: ReadonlyArray<T>, n: number, fn: (t: T) => Promise
 }
 
 /** A watch on one apiserver: every event's type and object, until stop(). */
+/** Watches the bench itself had to start again because the API server ended them (see watch). */
+let watchRestarts = 0
+/**
+ * Watches `path` from a LIST's resourceVersion. The API server ends a watch whose reader falls behind
+ * (its watch cache closes a watcher it cannot hand an event to in time: apiserver_terminated_watchers_total),
+ * which this script, busy with thousands of Jobs at the wave's peak, can be: an ended watch is started
+ * again from a fresh LIST whose items are handed over as ADDED, so no Job or verdict goes unseen.
+ */
 const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) => void) => {
   let req: ReturnType<typeof https.request> | undefined
   let stopped = false
-  const start = async () => {
-    const rv = (await must("list rv", call(c, "GET", `${path}${path.includes("?") ? "&" : "?"}limit=1`))).body
-      .metadata.resourceVersion
+  const sep = path.includes("?") ? "&" : "?"
+  const start = async (again: boolean): Promise<void> => {
+    const list = (await must("list", call(c, "GET", again ? path : `${path}${sep}limit=1`))).body
     if (stopped) return
+    if (again) for (const item of list.items ?? []) onEvent("ADDED", item)
+    let restarted = false
+    const restart = (why: string) => {
+      if (stopped || restarted) return
+      restarted = true
+      watchRestarts++
+      log(`watch ${path} on ${c.name} ${why}; listing and watching again`)
+      start(true).catch((e) => log(`watch ${path} on ${c.name}: ${e}`))
+    }
     req = https.request(
-      new URL(`${path}${path.includes("?") ? "&" : "?"}watch=true&resourceVersion=${rv}`, c.server),
+      new URL(`${path}${sep}watch=true&resourceVersion=${list.metadata.resourceVersion}`, c.server),
       { ca: c.caPem, headers: { authorization: `Bearer ${c.adminToken}` } },
       (res) => {
         let buf = ""
@@ -177,17 +194,20 @@ const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) 
             buf = buf.slice(nl + 1)
             if (line) {
               const ev = JSON.parse(line)
-              onEvent(ev.type, ev.object)
+              if (ev.type === "ERROR") restart(`answered ${ev.object?.reason ?? "an ERROR"}`)
+              else onEvent(ev.type, ev.object)
             }
             nl = buf.indexOf("\n")
           }
         })
+        res.on("end", () => restart("ended"))
+        res.on("error", () => restart("failed"))
       },
     )
-    req.on("error", () => {})
+    req.on("error", () => restart("failed"))
     req.end()
   }
-  const started = start()
+  const started = start(false)
   return {
     started,
     stop: () => {
@@ -195,6 +215,15 @@ const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) 
       req?.destroy()
     },
   }
+}
+
+/** apiserver_terminated_watchers_total summed over resources. */
+const scrapeTerminatedWatchers = async (c: LocalCluster): Promise<number> => {
+  const r = await must("apiserver metrics", call(c, "GET", "/metrics"))
+  return r.text
+    .split("\n")
+    .filter((l) => l.startsWith("apiserver_terminated_watchers_total{"))
+    .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
 }
 
 // ---- apiserver request counters (apiserver_request_total) --------------------------------------------
@@ -690,6 +719,7 @@ try {
       throw new Error("patching the schedules took past the slot; rerun with a larger WAVE_PATCH_MS")
     const waveCpu0 = await ask<any>(proc, { cmd: "cpu" })
     const refusedBefore = await Promise.all(servers.map(scrapeRefused))
+    const terminatedBefore = await Promise.all(servers.map(scrapeTerminatedWatchers))
     let peakSockets = { socketFds: 0, tcpEstablished: 0 }
     let peakRss = 0
     while (done.size < waveChecks.length) {
@@ -713,6 +743,46 @@ try {
         refused.set(k, (refused.get(k) ?? 0) + v)
     log(
       `wave: member apiservers refused or failed ${sum(refused)} requests${refused.size ? ` (${[...refused].map(([k, v]) => `${k} ${v}`).join(", ")})` : ""}`,
+    )
+    // Watchers the apiservers closed for falling behind (this script's, or the hub's informers'), and
+    // what the wave left, read by LIST (no watch involved): the run's Jobs, and its checks verified.
+    let terminated = 0
+    for (const [i, c] of servers.entries())
+      terminated += (await scrapeTerminatedWatchers(c)) - terminatedBefore[i]!
+    let runJobs = 0
+    let runVerified = 0
+    for (const c of servers) {
+      const jobs = (
+        await must(
+          "list jobs",
+          call(c, "GET", `/apis/batch/v1/jobs?labelSelector=${encodeURIComponent(`${labelRun}=${runID}`)}`),
+        )
+      ).body
+      runJobs += jobs.items.length
+      const checks = (await must("list checks", call(c, "GET", `${group}/backupchecks`))).body
+      for (const o of checks.items) {
+        const v = (o.status?.conditions ?? []).find((x: any) => x.type === "Verified")
+        if (
+          waveSet.has(`${o.metadata.namespace}/${o.metadata.name}`) &&
+          o.status?.lastRun?.runID === runID &&
+          o.status.lastRun.result === "Succeeded" &&
+          v?.status === "True"
+        )
+          runVerified++
+      }
+    }
+    print(
+      `wave, read by LIST when it ended: ${runJobs} Jobs of the run exist, ${runVerified}/${waveChecks.length} checks verified for it; watchers the member apiservers closed for falling behind: ${terminated} (apiserver_terminated_watchers_total); this script's watches started again: ${watchRestarts}`,
+    )
+    // What the hub made of them: requests it sent again after Retry-After, and reconciles that failed.
+    const hubTotal = (text: string, name: string) =>
+      text
+        .split("\n")
+        .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+        .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+    const hubMetrics = await (await fetch(`${hubUrl}/metrics`)).text()
+    print(
+      `wave: the hub sent ${hubTotal(hubMetrics, "rest_client_request_retries_total")} throttled requests again (rest_client_request_retries_total); reconcile errors since the hub started ${hubTotal(hubMetrics, "controller_runtime_reconcile_errors_total")}`,
     )
     for (const w of [...completer, ...checkWatch]) w.stop()
     for (const t of timers) clearTimeout(t)
