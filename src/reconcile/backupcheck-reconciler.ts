@@ -166,6 +166,12 @@ const noRunStates: ReadonlySet<string> = new Set<ConditionReason>([
   conditionReasons.AwaitingFirstRun,
 ])
 
+const objectiveTypes = [conditionTypes.RestoreTimeObjectiveMet, conditionTypes.DataAgeObjectiveMet] as const
+const isObjectiveCondition = (c: Condition) =>
+  c.type === conditionTypes.RestoreTimeObjectiveMet || c.type === conditionTypes.DataAgeObjectiveMet
+
+const hasSandbox = (run: LastRun) => run.sandbox !== undefined
+
 const findVerified = (status: BackupCheckStatus) => findCondition(status.conditions, conditionTypes.Verified)
 
 const controlledBy = (job: V1Job, uid: string) =>
@@ -464,15 +470,21 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   })
 
   const requeueAt = (now: number, ...times: Array<number | undefined>): ReconcileResult => {
-    const next = times
-      .filter((t): t is number => t !== undefined && Number.isFinite(t))
-      .sort((a, b) => a - b)[0]
+    // the earliest finite time (a loop: every reconcile ends here)
+    let next: number | undefined
+    for (const t of times) {
+      if (t !== undefined && Number.isFinite(t) && (next === undefined || t < next)) next = t
+    }
     return next === undefined ? {} : { requeueAfterMs: Math.max(1000, next - now + 500) }
   }
 
+  // The clock is read before the pass starts: a `yield*` for it would suspend and resume the pass's
+  // large generator once more on every reconcile.
   return (req: ReconcileRequest): Effect.Effect<ReconcileResult, unknown> =>
-    Effect.gen(function* () {
-      const now = yield* Clock.currentTimeMillis
+    Clock.clockWith((clock) => reconcilePass(req, clock.currentTimeMillisUnsafe()))
+
+  function reconcilePass(req: ReconcileRequest, now: number): Effect.Effect<ReconcileResult, unknown> {
+    return Effect.gen(function* () {
       const cached = options.checks.get(`${req.namespace}/${req.name}`)
       if (!cached) return yield* sweepGone(req.namespace, req.name)
       if (cached.metadata.deletionTimestamp) return yield* cleanup(cached, now)
@@ -496,12 +508,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         status: BackupCheckStatus,
         condition: Omit<Condition, "type" | "lastTransitionTime" | "observedGeneration">,
       ): BackupCheckStatus => {
-        const { conditions } = setStatusCondition(
+        const result = setStatusCondition(
           status.conditions ?? [],
           { type: conditionTypes.Verified, ...condition, observedGeneration: generation },
           toKubeTime(now),
         )
-        return { ...status, observedGeneration: generation, conditions }
+        // a converged pass sets the same Verified again: the status as it is, not a copy to diff
+        if (!result.changed && status.observedGeneration === generation) return status
+        return { ...status, observedGeneration: generation, conditions: result.conditions }
       }
 
       /** Verified=False/InvalidSpec with `message`, then a terminal error: no retry until the spec changes. */
@@ -547,10 +561,12 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         sandboxCheckUid(job) === uid &&
         job.metadata?.namespace === sandboxNamespaceFor(checkRef, runIDOf(job) ?? "")
       const ours = (job: V1Job) => controlledBy(job, uid) || inItsSandbox(job)
-      const owned = [
-        ...options.jobs.byIndex(ownerUidIndex, uid),
-        ...options.jobs.byIndex(sandboxUidIndex, uid).filter(inItsSandbox),
-      ]
+      const inSandboxes = options.jobs.byIndex(sandboxUidIndex, uid)
+      // byIndex returns a fresh array: without sandbox Jobs (most checks) it is the list as it is
+      const owned =
+        inSandboxes.length === 0
+          ? options.jobs.byIndex(ownerUidIndex, uid)
+          : [...options.jobs.byIndex(ownerUidIndex, uid), ...inSandboxes.filter(inItsSandbox)]
       /** Where a run's Jobs live: its sandbox, or the check's namespace. */
       const runNs = (run: LastRun) => run.sandbox?.namespace ?? ns
       const windowMs = (() => {
@@ -562,7 +578,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const cleanupRefused = new Map<string, { readonly reason: string; readonly message: string }>()
       /** The earliest time a sandbox is due for deletion or becomes an orphan. */
       let sandboxWake: number | undefined
-      let next: BackupCheckStatus = { ...recorded }
+      // replaced, never changed in place: it starts as the record itself
+      let next: BackupCheckStatus = recorded
       /** Verdicts decided in this pass: logged, and given their verification span once written. */
       const decided: Array<{ readonly run: LastRun; readonly verdict: Verdict; readonly finished: LastRun }> =
         []
@@ -651,6 +668,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       }
       const withSandboxes = (status: BackupCheckStatus): BackupCheckStatus => {
         if (options.namespaces === undefined) return status
+        // runs without a sandbox (every run of most checks) are kept as they are: no copies to diff
+        if (status.lastRun?.sandbox === undefined && !status.history?.some(hasSandbox)) return status
         const lastRun = status.lastRun && withSandbox(status.lastRun)
         const history = status.history?.map(withSandbox)
         return {
@@ -676,12 +695,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        * objectives the spec no longer sets are removed. observedGeneration as Verified's.
        */
       const withObjectives = (status: BackupCheckStatus): BackupCheckStatus => {
+        // most checks set no objectives and hold none of their conditions: nothing to evaluate or remove
+        if (spec.objectives === undefined && !status.conditions?.some(isObjectiveCondition)) return status
         const finished = lastFinishedRun(status)
         const run = finished !== undefined && hashOf(finished) === specHash ? finished : undefined
         const evaluated = evaluateObjectives(spec.objectives, run)
         let conditions = status.conditions ?? []
         let changed = false
-        for (const type of [conditionTypes.RestoreTimeObjectiveMet, conditionTypes.DataAgeObjectiveMet]) {
+        for (const type of objectiveTypes) {
           const condition = evaluated.find((c) => c.type === type)
           const result =
             condition === undefined
@@ -752,9 +773,10 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           })
         })
       // Every reconcile that works on a run links to the run's own trace.
-      const linked = new Set<string>()
+      let linked: Set<string> | undefined // made by the first link: most passes link nothing
       const linkRun = (runID: string) => {
-        if (linked.has(runID)) return Effect.void
+        if (linked?.has(runID)) return Effect.void
+        linked ??= new Set()
         linked.add(runID)
         return linkToTraceparent(traceparentFor(uid, runID).traceparent, { "fleetcheck.run.id": runID })
       }
@@ -819,12 +841,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const sweepSandboxes = () => {
         const store = options.namespaces
         if (store === undefined) return undefined
-        const sandboxes = [
-          ...store.byIndex(sandboxUidIndex, uid),
-          ...store.byIndex(sandboxKeyIndex, `${ns}/${check.metadata.name}`),
-        ]
+        const byUid = store.byIndex(sandboxUidIndex, uid)
+        const byKey = store.byIndex(sandboxKeyIndex, `${ns}/${check.metadata.name}`)
         // most checks (every converged one without spec.sandbox) have none: nothing to look at
-        if (sandboxes.length === 0) return undefined
+        if (byUid.length === 0 && byKey.length === 0) return undefined
+        const sandboxes = [...byUid, ...byKey]
         return Effect.gen(function* () {
           const runs = [...(next.lastRun ? [next.lastRun] : []), ...(next.history ?? [])]
           const recordedRuns = new Map(
@@ -916,7 +937,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         now,
       })
       if (due.nextRunTime !== undefined) next = { ...next, nextRunTime: toKubeTime(due.nextRunTime) }
-      else {
+      else if (next.nextRunTime !== undefined) {
         const { nextRunTime: _none, ...rest } = next
         next = rest
       }
@@ -1312,4 +1333,5 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         })
       }
     })
+  }
 }

@@ -38,6 +38,8 @@ export const jsonEqual = (a: unknown, b: unknown): boolean => {
  * undefined count as absent, as JSON.stringify treats them.
  */
 export const mergePatchOf = (before: unknown, after: unknown): Json | undefined => {
+  // the same object is no change: a converged reconcile's status shares most of its parts with the record
+  if (before === after) return undefined
   if (!isObject(before) || !isObject(after)) {
     return jsonEqual(before, after) ? undefined : (JSON.parse(JSON.stringify(after ?? null)) as Json)
   }

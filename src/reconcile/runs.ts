@@ -79,6 +79,14 @@ export const jobsToPrune = (
   jobs: ReadonlyArray<V1Job>,
   limits: HistoryLimits,
 ): V1Job[] => {
+  // Most checks keep their last run's Job and no more: no more restore Jobs than the smaller limit
+  // and no validation Job leave nothing to prune (this runs on every converged reconcile).
+  if (
+    jobs.length <= Math.min(limits.successfulRunsHistoryLimit, limits.failedRunsHistoryLimit) &&
+    !jobs.some(isValidationJob)
+  ) {
+    return []
+  }
   const current = (job: V1Job) =>
     recordedLastRun !== undefined && runIDOf(job) === recordedLastRun.runID ? 1 : 0
   const restores = jobs.filter((job) => !isValidationJob(job))
