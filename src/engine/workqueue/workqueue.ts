@@ -210,15 +210,15 @@ export const makeWorkQueue = Effect.fnUntraced(function* (
   const onRetry = hooks?.onRetry
   const clock = yield* Clock.clockWith(Effect.succeed)
 
-  // queue.go state: queue holds dirty keys that are not processing, in FIFO order
+  // queue.go state: queue holds dirty keys that are not processing, in FIFO order. Each map also
+  // holds its key's metric timestamp (when it became dirty, when it was got; 0 when no hook observes
+  // it, and then no clock is read): one map per set instead of a set plus a map of times saves five
+  // hash operations per key handled, which is every reconcile.
   const queue = new RingQueue<string>()
-  const dirty = new Set<string>()
-  const processing = new Set<string>()
+  const dirty = new Map<string, number>()
+  const processing = new Map<string, number>()
   let isShuttingDown = false
   let drain = false
-  // metric timestamps, kept only when someone observes them
-  const addTimes = onGet === undefined ? undefined : new Map<string, number>()
-  const startTimes = onDone === undefined ? undefined : new Map<string, number>()
 
   const getters: Array<Sleeper> = []
   const drainers: Array<Sleeper> = []
@@ -260,10 +260,9 @@ export const makeWorkQueue = Effect.fnUntraced(function* (
 
   const addUnsafe = (key: string): void => {
     if (isShuttingDown || dirty.has(key)) return
-    dirty.add(key)
+    dirty.set(key, onGet === undefined ? 0 : clock.currentTimeMillisUnsafe())
     if (onAdd !== undefined) onAdd(key)
     if (onDepth !== undefined) onDepth(dirty.size)
-    if (addTimes !== undefined && !addTimes.has(key)) addTimes.set(key, clock.currentTimeMillisUnsafe())
     // a key being processed is re-queued by done, so no worker sees it twice at once
     if (processing.has(key)) return
     queue.push(key)
@@ -273,28 +272,22 @@ export const makeWorkQueue = Effect.fnUntraced(function* (
   const tryGet = (): GetResult | undefined => {
     const key = queue.shift()
     if (key === undefined) return isShuttingDown ? SHUTDOWN : undefined
-    processing.add(key)
+    const now = onGet === undefined && onDone === undefined ? 0 : clock.currentTimeMillisUnsafe()
+    processing.set(key, onDone === undefined ? 0 : now)
+    const addedAt = dirty.get(key)
     dirty.delete(key)
     if (onDepth !== undefined) onDepth(dirty.size)
-    if (addTimes !== undefined) {
-      const now = clock.currentTimeMillisUnsafe()
-      const addedAt = addTimes.get(key)
-      addTimes.delete(key)
-      onGet!(key, addedAt === undefined ? 0 : now - addedAt)
-    }
-    if (startTimes !== undefined) startTimes.set(key, clock.currentTimeMillisUnsafe())
+    if (onGet !== undefined) onGet(key, addedAt === undefined ? 0 : now - addedAt)
     return { key }
   }
 
   const doneUnsafe = (key: string): void => {
     // client-go would also push a key that was never got; checking processing keeps the queue
     // free of duplicates even when done is misused
-    if (!processing.delete(key)) return
-    if (startTimes !== undefined) {
-      const startedAt = startTimes.get(key)
-      startTimes.delete(key)
-      if (startedAt !== undefined) onDone!(key, clock.currentTimeMillisUnsafe() - startedAt)
-    }
+    const startedAt = processing.get(key)
+    if (startedAt === undefined) return
+    processing.delete(key)
+    if (onDone !== undefined) onDone(key, clock.currentTimeMillisUnsafe() - startedAt)
     if (dirty.has(key)) {
       queue.push(key)
       signalGetter()
