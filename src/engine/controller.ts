@@ -180,8 +180,9 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
       // Optimistic concurrency doing its job (a stale cache or another writer): retry, quietly.
       stats.errors++
       report("error")
+      const e = failure.value as { method?: string; path?: string; message?: string }
       return Effect.logDebug("conflict writing; requeued").pipe(
-        Effect.annotateLogs(fields),
+        Effect.annotateLogs({ ...fields, error: `${e.method} ${e.path}: ${e.message}` }),
         Effect.andThen(queue.addRateLimited(key)),
       )
     }

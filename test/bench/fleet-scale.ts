@@ -20,11 +20,13 @@
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
 // once converged), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
 // malloc), HUB_NICE=<n> (the hub's scheduling priority, e.g.
-// -10, so the apiservers, etcd and this script sharing the cores do not queue it), EVENT_RT=<1..99> (the
+// -10, so the apiservers, etcd and this script sharing the cores do not queue it), HUB_LOG=<file> (the hub
+// process's stdout and stderr, its logs, appended there instead of dropped), EVENT_RT=<1..99> (the
 // hub's threads SCHED_FIFO during the events only), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
 // converged CPU, requests, memory).
 import { type ChildProcess, execFileSync, fork } from "node:child_process"
+import { openSync } from "node:fs"
 import * as https from "node:https"
 import { setPriority } from "node:os"
 import {
@@ -256,6 +258,13 @@ const scrapeRefused = (c: LocalCluster) =>
       ? `${labels.code} ${verbAndResource(labels)}`
       : undefined,
   )
+/** Requests an apiserver answered with 4xx or 5xx, by "CODE VERB resource[/subresource]" (409 = Conflict). */
+const scrapeFailed = (c: LocalCluster) =>
+  scrapeRequestTotals(c, (labels) =>
+    labels.code?.startsWith("4") || labels.code?.startsWith("5")
+      ? `${labels.code} ${verbAndResource(labels)}`
+      : undefined,
+  )
 const delta = (after: Counts, before: Counts, only?: (key: string) => boolean): Counts => {
   const d: Counts = new Map()
   for (const [k, v] of after) {
@@ -427,10 +436,12 @@ try {
   // The hub.
   log(`starting the hub (flags: ${hubFlags.join(" ") || "defaults"})`)
   const hubStart = Date.now()
+  // HUB_LOG: the hub's logs (stdout) and stderr kept in a file, to read what its reconcile errors were.
+  const hubLog = process.env.HUB_LOG ? openSync(process.env.HUB_LOG, "a") : undefined
   hubProc = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, hubFlags, {
     execArgv: ["--expose-gc"],
     env: hubEnv(hubCluster),
-    stdio: ["ignore", "ignore", "inherit", "ipc"],
+    stdio: ["ignore", hubLog ?? "ignore", hubLog ?? "inherit", "ipc"],
   })
   const proc = hubProc
   // HUB_NICE (e.g. -10): the hub gets the CPU before the apiservers, etcd and this script that share the
@@ -719,6 +730,7 @@ try {
       throw new Error("patching the schedules took past the slot; rerun with a larger WAVE_PATCH_MS")
     const waveCpu0 = await ask<any>(proc, { cmd: "cpu" })
     const refusedBefore = await Promise.all(servers.map(scrapeRefused))
+    const failedBefore = await Promise.all(allServers.map(scrapeFailed))
     const terminatedBefore = await Promise.all(servers.map(scrapeTerminatedWatchers))
     let peakSockets = { socketFds: 0, tcpEstablished: 0 }
     let peakRss = 0
@@ -744,6 +756,15 @@ try {
     log(
       `wave: member apiservers refused or failed ${sum(refused)} requests${refused.size ? ` (${[...refused].map(([k, v]) => `${k} ${v}`).join(", ")})` : ""}`,
     )
+    // Every 4xx/5xx any apiserver answered during the wave, this script's requests included (its merge
+    // patches carry no resourceVersion, so a 409 here is the hub's).
+    for (const [i, c] of allServers.entries()) {
+      const failed = delta(await scrapeFailed(c), failedBefore[i]!)
+      if (failed.size)
+        print(
+          `wave: ${c.name} answered ${[...failed].map(([k, v]) => `${k} ${v}`).join(", ")} (apiserver_request_total, code 4xx/5xx)`,
+        )
+    }
     // Watchers the apiservers closed for falling behind (this script's, or the hub's informers'), and
     // what the wave left, read by LIST (no watch involved): the run's Jobs, and its checks verified.
     let terminated = 0
@@ -781,8 +802,17 @@ try {
         .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
         .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
     const hubMetrics = await (await fetch(`${hubUrl}/metrics`)).text()
+    const byController = new Map<string, number>()
+    for (const l of hubMetrics.split("\n"))
+      if (l.startsWith("controller_runtime_reconcile_errors_total{")) {
+        const controller = /controller="([^"]*)"/.exec(l)?.[1] ?? "?"
+        byController.set(
+          controller,
+          (byController.get(controller) ?? 0) + Number(l.slice(l.lastIndexOf(" ") + 1)),
+        )
+      }
     print(
-      `wave: the hub sent ${hubTotal(hubMetrics, "rest_client_request_retries_total")} throttled requests again (rest_client_request_retries_total); reconcile errors since the hub started ${hubTotal(hubMetrics, "controller_runtime_reconcile_errors_total")}`,
+      `wave: the hub sent ${hubTotal(hubMetrics, "rest_client_request_retries_total")} throttled requests again (rest_client_request_retries_total); reconcile errors since the hub started ${hubTotal(hubMetrics, "controller_runtime_reconcile_errors_total")} (${[...byController].map(([k, v]) => `${k} ${v}`).join(", ")})`,
     )
     for (const w of [...completer, ...checkWatch]) w.stop()
     for (const t of timers) clearTimeout(t)
