@@ -34,8 +34,10 @@ export interface HubProcess {
   readonly process: ManagedProcess
   /** The Lease holder identity this process campaigns with. */
   readonly identity: string
-  /** http://127.0.0.1:PORT */
+  /** http://127.0.0.1:PORT (https:// with --secure-serving true) */
   readonly url: string
+  /** The dashboard's own listener (with --dashboard-address), once it logged `dashboard serving`. */
+  readonly dashboardUrl: () => string | undefined
   /** Every JSON line logged so far (other output, such as the SIGTERM notice, is skipped). */
   readonly logLines: () => HubLogLine[]
 }
@@ -45,7 +47,10 @@ const parseLogLines = (text: string): HubLogLine[] => {
   for (const line of text.split("\n")) {
     if (!line.startsWith("{")) continue
     try {
-      const o = JSON.parse(line) as { message?: unknown; annotations?: unknown }
+      const o = JSON.parse(line) as {
+        message?: unknown
+        annotations?: unknown
+      }
       const message = Array.isArray(o.message) ? o.message.map(String).join(" ") : String(o.message)
       lines.push({
         ...(o as object),
@@ -73,20 +78,37 @@ export const startHubProcess = async (fleet: LocalFleet, options: HubProcessOpti
     options.name,
     bin,
     ["hub", "--http-address", "127.0.0.1:0", "--secure-serving", "false", ...(options.args ?? [])],
-    { env: { ...process.env, ...options.env, KUBECONFIG: options.kubeconfigPath } },
+    {
+      env: {
+        ...process.env,
+        ...options.env,
+        KUBECONFIG: options.kubeconfigPath,
+      },
+    },
   )
   const logLines = () => parseLogLines(readLog(proc.logFile))
   const deadline = Date.now() + (options.startTimeoutMs ?? 30_000)
   while (true) {
     const serving = logLines().find((l) => l.message === "hub serving")
     if (serving) {
-      const { address, identity } = serving.annotations
+      const { address, identity, scheme } = serving.annotations
       if (typeof address !== "string" || typeof identity !== "string") {
         throw new Error(
           `${options.name}: "hub serving" without address and identity: ${JSON.stringify(serving)}`,
         )
       }
-      return { name: options.name, process: proc, identity, url: `http://${address}`, logLines }
+      const dashboardUrl = () => {
+        const at = logLines().find((l) => l.message === "dashboard serving")?.annotations.address
+        return typeof at === "string" ? `http://${at}` : undefined
+      }
+      return {
+        name: options.name,
+        process: proc,
+        identity,
+        url: `${scheme === "https" ? "https" : "http"}://${address}`,
+        dashboardUrl,
+        logLines,
+      }
     }
     if (proc.hasExited() || Date.now() > deadline) {
       const why = proc.hasExited() ? `exited (${await proc.exited})` : "did not print `hub serving` in time"

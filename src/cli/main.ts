@@ -11,7 +11,9 @@ ${registerUsage}  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o
   fleetcheck report --since 30d [--hub URL] [--cluster NAME] [--format md|csv|json]
                                  audit evidence: every check's runs in the period, pass rate, restore
                                  times against the objective, last success, staleness and gaps
-${credentialUsage}  fleetcheck dev [--members N]   start a real local fleet (hub + members) and keep it running; Ctrl-C stops it
+${credentialUsage}  fleetcheck dev [--members N] [--hub-replicas N]
+                                 start a real local fleet (hub + members) and keep it running; Ctrl-C
+                                 stops it (--hub-replicas: that many hub replicas sharding the members)
   fleetcheck help                this text
 
 Every command answers --help; \`fleetcheck hub --help\` lists every hub setting with its

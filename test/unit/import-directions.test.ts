@@ -91,6 +91,7 @@ describe("import directions", () => {
       "test/unit/status.test.ts",
       "test/unit/report.test.ts",
       "test/unit/register-args.test.ts",
+      "test/unit/dev-replicas.test.ts",
       // `fleetcheck hub` refusing a serving certificate at start; `fleetcheck status` over TLS.
       "test/unit/serving-cert.test.ts",
       "test/integration/deploy.test.ts",
