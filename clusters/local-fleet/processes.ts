@@ -89,6 +89,10 @@ export const makeProcessRegistry = (runDir: string): ProcessRegistry => {
     }
     const stop = async (graceMs = 5_000) => {
       if (exitedFlag) return
+      // Referenced while it stops (it is unreferenced for its life, so it never keeps its owner alive):
+      // once the SIGKILL timer has fired, nothing else may be left to keep the owner's event loop going
+      // until the exit arrives, and the owner would end mid-teardown.
+      child.ref()
       signalGroup("SIGCONT")
       signalGroup("SIGTERM")
       const timer = setTimeout(() => signalGroup("SIGKILL"), graceMs)
