@@ -13,6 +13,9 @@ export const wallClockFiles = [
   "test/integration/drills.test.ts",
   // hub replicas frozen for 30 s and Leases left to expire
   "test/integration/sharding.test.ts",
+  // not a waiting file (about 25 s, mostly starting a fleet and two hubs), but this process has minutes
+  // of room beside the cluster files, where it would add its whole time to the suite
+  "test/e2e/dev-replicas.test.ts",
 ]
 
 // Files that start real clusters run one at a time: two at once on a 2-core machine make both slow and

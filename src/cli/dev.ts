@@ -122,6 +122,8 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     const stopped = await Promise.allSettled([
       hub?.stop(),
       ...others.map(async (o) => {
+        // One that exited while the fleet ran was reported then.
+        if (o.process.hasExited()) return
         await o.process.stop(replicaStopGraceMs)
         const exit = await o.process.exited
         if (exit !== 0)
