@@ -4,7 +4,8 @@
 //   failure                → rate-limited requeue (per-item backoff), counted, logged
 //   TerminalError          → forget, counted, logged, never retried (a new event will bring it back)
 //   defect (a thrown bug)  → like a failure, and counted as a panic: it never kills the worker
-//   Conflict (409)         → rate-limited requeue without an error log: the cache was behind, not broken
+//   Conflict (409)         → rate-limited requeue, counted as a conflict, not an error (debug log): the
+//                            cache was behind, not broken; controller-runtime's Result{Requeue: true}
 //   { requeueAfterMs }     → forget, then addAfter
 //   done                   → forget
 import { Cause, Context, Data, Effect, Exit, References, type Scope, Tracer } from "effect"
@@ -32,7 +33,7 @@ export class TerminalError extends Data.TaggedError("TerminalError")<{
 
 export type Reconciler = (req: ReconcileRequest) => Effect.Effect<ReconcileResult, unknown>
 
-export type ReconcileOutcome = "success" | "requeue_after" | "error" | "terminal_error" | "panic"
+export type ReconcileOutcome = "success" | "requeue_after" | "conflict" | "error" | "terminal_error" | "panic"
 
 export interface ControllerHooks {
   readonly onReconcile?: (cluster: string, outcome: ReconcileOutcome, seconds: number) => void
@@ -56,6 +57,8 @@ export interface ControllerOptions {
 
 export interface ControllerStats {
   reconciles: number
+  /** Failed with a Conflict (409): requeued, not counted in errors. */
+  conflicts: number
   errors: number
   terminalErrors: number
   panics: number
@@ -63,6 +66,7 @@ export interface ControllerStats {
 
 export const makeControllerStats = (): ControllerStats => ({
   reconciles: 0,
+  conflicts: 0,
   errors: 0,
   terminalErrors: 0,
   panics: 0,
@@ -92,6 +96,7 @@ export const outcomeOf = (exit: Exit.Exit<ReconcileResult, unknown>): ReconcileO
   }
   const failure = Cause.findErrorOption(exit.cause)
   if (failure._tag === "Some" && failure.value instanceof TerminalError) return "terminal_error"
+  if (failure._tag === "Some" && isConflict(failure.value)) return "conflict"
   return Cause.hasDies(exit.cause) ? "panic" : "error"
 }
 
@@ -177,9 +182,10 @@ export const runController = Effect.fnUntraced(function* (options: ControllerOpt
       )
     }
     if (failure._tag === "Some" && isConflict(failure.value)) {
-      // Optimistic concurrency doing its job (a stale cache or another writer): retry, quietly.
-      stats.errors++
-      report("error")
+      // Optimistic concurrency doing its job (a stale cache or another writer): retry, quietly. Not an
+      // error: what a controller-runtime reconciler that catches it returns, Result{Requeue: true}.
+      stats.conflicts++
+      report("conflict")
       const e = failure.value as { method?: string; path?: string; message?: string }
       return Effect.logDebug("conflict writing; requeued").pipe(
         Effect.annotateLogs({ ...fields, error: `${e.method} ${e.path}: ${e.message}` }),

@@ -172,7 +172,9 @@ describe("tracing over OTLP/HTTP", () => {
       expect(r.parentSpanId).toBe("")
       expect(r.attributes).toMatchObject({ "k8s.cluster.name": "member", "k8s.namespace.name": ns })
       expect(String(r.attributes["fleetcheck.reconcile.id"])).not.toBe("")
-      expect(["success", "requeue_after", "error"]).toContain(r.attributes["fleetcheck.reconcile.outcome"])
+      expect(["success", "requeue_after", "conflict", "error"]).toContain(
+        r.attributes["fleetcheck.reconcile.outcome"],
+      )
     }
     const linked = reconciles.filter((r) => r.links.some((l) => l.traceId === traceID))
     expect(linked.length).toBeGreaterThan(0)

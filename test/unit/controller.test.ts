@@ -169,7 +169,7 @@ describe("controller result table", () => {
     ),
   )
 
-  it.effect("conflict: requeued like an error", () =>
+  it.effect("conflict: requeued with backoff like an error, counted as a conflict, not an error", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const h = yield* harness((_k, n) => (n === 1 ? Effect.fail(conflict) : Effect.succeed({})))
@@ -178,6 +178,9 @@ describe("controller result table", () => {
         yield* TestClock.adjust(5)
         yield* settle
         assert.strictEqual(h.attempts.get("ns/a"), 2)
+        assert.deepStrictEqual(h.outcomes, ["conflict", "success"])
+        assert.strictEqual(h.stats.conflicts, 1)
+        assert.strictEqual(h.stats.errors, 0)
       }),
     ),
   )

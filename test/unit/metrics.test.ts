@@ -305,6 +305,7 @@ describe("metrics: values move", () => {
       hooks.onReconcile?.("east", "error", 1.1)
       hooks.onReconcile?.("east", "terminal_error", 0.004)
       hooks.onReconcile?.("east", "panic", 0.004)
+      hooks.onReconcile?.("east", "conflict", 0.3)
       const e = yield* scrape(metrics)
 
       const total = (result: string) =>
@@ -312,21 +313,21 @@ describe("metrics: values move", () => {
       assert.strictEqual(total("success"), 2)
       assert.strictEqual(total("requeue_after"), 1)
       assert.strictEqual(total("error"), 3, "error, terminal_error and panic all count as result=error")
-      assert.strictEqual(total("requeue"), 0)
+      assert.strictEqual(total("requeue"), 1, "a conflict is requeued, not an error")
       assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_errors_total", ctl), 3)
       assert.strictEqual(sampleValue(e, "controller_runtime_terminal_reconcile_errors_total", ctl), 1)
       assert.strictEqual(sampleValue(e, "controller_runtime_reconcile_panics_total", ctl), 1)
 
       const time = "controller_runtime_reconcile_time_seconds"
-      assert.strictEqual(sampleValue(e, `${time}_count`, ctl), 6)
-      assert.closeTo(sampleValue(e, `${time}_sum`, ctl), 0.003 + 0.2 + 0.02 + 1.1 + 0.004 + 0.004, 1e-9)
+      assert.strictEqual(sampleValue(e, `${time}_count`, ctl), 7)
+      assert.closeTo(sampleValue(e, `${time}_sum`, ctl), 0.003 + 0.2 + 0.02 + 1.1 + 0.004 + 0.004 + 0.3, 1e-9)
       // buckets are cumulative: 0.003 and the two 0.004s fall in le=0.005
       assert.strictEqual(bucket(e, time, ctl, "0.005"), 3)
       assert.strictEqual(bucket(e, time, ctl, "0.025"), 4)
       assert.strictEqual(bucket(e, time, ctl, "0.2"), 5)
-      assert.strictEqual(bucket(e, time, ctl, "1"), 5)
-      assert.strictEqual(bucket(e, time, ctl, "1.25"), 6)
-      assert.strictEqual(bucket(e, time, ctl, "+Inf"), 6)
+      assert.strictEqual(bucket(e, time, ctl, "1"), 6)
+      assert.strictEqual(bucket(e, time, ctl, "1.25"), 7)
+      assert.strictEqual(bucket(e, time, ctl, "+Inf"), 7)
     }),
   )
 

@@ -9,11 +9,11 @@
 // counts them:
 //   success        → result="success"
 //   requeue_after  → result="requeue_after"
+//   conflict       → result="requeue"  (a 409 requeued with backoff: what a reconciler that catches
+//                                       it returns, Result{Requeue: true}; not an error)
 //   error          → result="error",  reconcile_errors_total
 //   terminal_error → result="error",  reconcile_errors_total, terminal_reconcile_errors_total
 //   panic          → result="error",  reconcile_errors_total, reconcile_panics_total
-// result="requeue" (Result{Requeue: true}) has no counterpart here; it is pre-initialised at 0 so
-// queries written against controller-runtime still find the series.
 //
 // Counters, gauges and histograms the queue and workers touch are fast series (./fast-series.ts):
 // nothing on the hot path goes through prom-client's label handling.
@@ -35,6 +35,7 @@ type ReconcileResult = (typeof reconcileResults)[number]
 const resultOf: Record<ReconcileOutcome, ReconcileResult> = {
   success: "success",
   requeue_after: "requeue_after",
+  conflict: "requeue",
   error: "error",
   terminal_error: "error",
   panic: "error",
