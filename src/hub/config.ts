@@ -215,6 +215,12 @@ export const hubSettings = {
     "10m",
     "periodic resync of every member's informers (0s: never)",
   ),
+  http2: setting(
+    "http2",
+    bool,
+    "true",
+    "speak HTTP/2 to the API servers that offer it (over TLS, by ALPN), as client-go does: one connection per credential carries every request and watch, PINGed after 30s without traffic and closed when a PING goes unanswered for 15s; false: HTTP/1.1 only, one connection per request in flight (client-go's DISABLE_HTTP2)",
+  ),
   expiryWarningMs: setting(
     "credential-expiry-warning",
     duration("1m", "8760h"),

@@ -145,6 +145,7 @@ export const runHub = Effect.fnUntraced(function* (
     cluster: "hub",
     kubeConfig: options.hubKubeConfig,
     userAgent,
+    http2: config.http2,
   })
   let fence: LeaderFence = { mayWrite: Effect.succeed(true), lostLease: Effect.never }
   const hubClient = gateWrites(

@@ -40,6 +40,8 @@ export interface MemberEngineOptions {
   readonly kubeConfig: KubeConfig
   /** User-Agent of every request (names the hub process in the member's audit log). */
   readonly userAgent: string
+  /** Offer HTTP/2 to the member's API server (--http2). */
+  readonly http2: boolean
   /** Deadline of one exec credential plugin run. */
   readonly execTimeoutMs: number
   /** A ClusterProfile provider's extension config, for an exec plugin with provideClusterInfo. */
@@ -136,6 +138,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     cluster,
     kubeConfig: options.kubeConfig,
     userAgent: options.userAgent,
+    http2: options.http2,
     execTimeoutMs: options.execTimeoutMs,
     ...(options.execClusterConfig !== undefined ? { execClusterConfig: options.execClusterConfig } : {}),
     onThrottleRetry: options.onThrottleRetry,

@@ -48,6 +48,7 @@ export type MemberSettings = Pick<
   | "workersPerMember"
   | "expiryWarningMs"
   | "execPluginTimeoutMs"
+  | "http2"
 >
 
 export interface MemberDeps {
@@ -418,6 +419,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     cluster: entry.name,
     kubeConfig: spec.credential.current.kubeConfig,
     userAgent: deps.userAgent,
+    http2: timings.http2,
     execTimeoutMs: timings.execPluginTimeoutMs,
     ...(spec.execClusterConfig !== undefined ? { execClusterConfig: spec.execClusterConfig } : {}),
     namespaces: spec.namespaces,

@@ -533,6 +533,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
           namespaces: h.namespaces,
           kept: () => keptOn(h.cluster),
           userAgent: options.userAgent,
+          http2: config.http2,
           mayWrite: options.fenceFor(name).mayWrite,
         }).pipe(Effect.result)
         if (result._tag === "Success") {

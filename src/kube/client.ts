@@ -1,18 +1,18 @@
 // A small Kubernetes REST client: @kubernetes/client-node's KubeConfig supplies the server, TLS material
-// and auth headers; the HTTP is ours (node:https, one keep-alive Agent per member), because the
-// library's fetch-based watch cannot request bookmarks, swallows parse errors and has no inactivity
-// timeout we control (see STYLE.md, "Known traps").
+// and auth headers; the HTTP is ours (kube/transport.ts: HTTP/2 when the server offers it, one connection
+// per member credential, else HTTP/1.1 with a keep-alive Agent), because the library's fetch-based watch
+// cannot request bookmarks, swallows parse errors and has no inactivity timeout we control (see
+// STYLE.md, "Known traps").
 //
 // A member endpoint is not trusted (anyone who can write a registration Secret chooses it): every body
 // and watch line is read up to a limit (maxResponseBytes, maxWatchFrameBytes, maxErrorBodyBytes), past
 // which that request fails with TooLarge; nothing here throws out of a socket callback or out of
 // request construction; and credential errors say what failed in fixed words, never what a plugin printed.
-import * as http from "node:http"
-import * as https from "node:https"
-import { createSecureContext, type SecureContext } from "node:tls"
+import type * as https from "node:https"
 import { KubeConfig, type User } from "@kubernetes/client-node"
 import { Cause, Clock, Deferred, Effect, Option, Queue, Random, Schema, type Scope, Stream } from "effect"
 import { type ExecCredentialResult, type ExecPlugin, runExecPlugin } from "./exec-credential.ts"
+import { type IncomingResponse, makeTransport, type Transport } from "./transport.ts"
 
 export class KubeApiError extends Schema.TaggedError<KubeApiError>()("KubeApiError", {
   cluster: Schema.String,
@@ -36,7 +36,8 @@ export class KubeTransportError extends Schema.TaggedError<KubeTransportError>()
    * What went wrong: a Node error code (ECONNREFUSED, ECONNRESET, ERR_INVALID_CHAR, ...) or one of
    * Timeout (no response in time), WatchInactive (a watch went silent), Closed (connection lost
    * mid-response), BadResponse (unparseable body or watch line), TooLarge (a body or watch line over its
-   * limit), Config (unusable kubeconfig), Credentials (resolving credentials failed).
+   * limit), Config (unusable kubeconfig), Credentials (resolving credentials failed), PingTimeout (an
+   * HTTP/2 connection did not answer a PING: it was closed with every request and watch on it).
    */
   code: Schema.optional(Schema.String),
 }) {}
@@ -147,6 +148,12 @@ export interface KubeClientOptions {
   readonly execClusterConfig?: unknown
   /** A throttled request is about to be sent again (see throttleRetryWaitMs), for the metrics. */
   readonly onThrottleRetry?: (method: string, status: number) => void
+  /** Offer HTTP/2 to a TLS server (one connection per credential); false: HTTP/1.1 only. Default true. */
+  readonly http2?: boolean
+  /** PING an HTTP/2 connection on which nothing arrived for this long; default 30 s (client-go's). */
+  readonly pingIdleMs?: number
+  /** Close an HTTP/2 connection whose PING is unanswered this long; default 15 s (client-go's). */
+  readonly pingTimeoutMs?: number
 }
 
 export interface ResourceRef {
@@ -320,7 +327,7 @@ const credentialFailure = (user: User | null, e: unknown): string => {
  * destroys the request).
  */
 const readBody = (
-  res: http.IncomingMessage,
+  res: IncomingResponse,
   limit: number,
   onEnd: (body: string) => void,
   onTooLarge: () => void,
@@ -331,7 +338,7 @@ const readBody = (
   }
   let chunks: Buffer[] = []
   let size = 0
-  res.on("data", (c: Buffer) => {
+  res.body.on("data", (c: Buffer) => {
     if (size > limit) return
     size += c.length
     if (size > limit) {
@@ -339,7 +346,7 @@ const readBody = (
       onTooLarge()
     } else chunks.push(c)
   })
-  res.on("end", () => {
+  res.body.on("end", () => {
     if (size <= limit) onEnd(Buffer.concat(chunks, size).toString("utf8"))
   })
 }
@@ -352,14 +359,15 @@ const backoffMs = (failures: number) =>
 const refreshShare = 0.2
 
 /**
- * One credential in use: its auth headers and the Agent whose sockets carry its client certificate.
- * Requests hold the generation they started with; a retired Agent is closed once none holds it.
+ * One credential in use: its auth headers and the transport whose connections carry its client
+ * certificate. Requests hold the generation they started with; a retired transport is closed once none
+ * holds it.
  */
 interface Generation {
   readonly id: number
   readonly auth: Auth | undefined
-  readonly agent: http.Agent
-  /** cert and key as client-node or the plugin gave them: an unchanged pair keeps the Agent. */
+  readonly transport: Transport
+  /** cert and key as client-node or the plugin gave them: an unchanged pair keeps the transport. */
   readonly certKey: string
   readonly expiry: Date | undefined
   /** When an exec credential is due for a refresh (ms since the epoch). */
@@ -377,22 +385,6 @@ type Source =
   | { readonly kind: "dynamic"; readonly kubeConfig: KubeConfig; readonly user: User | null }
   | { readonly kind: "exec"; readonly plugin: ExecPlugin; readonly provideClusterInfo: boolean }
 
-/**
- * The TLS context of an Agent's connections, or undefined when the material does not load (then each
- * connection tries, and its request fails with the error as before).
- */
-const secureContextOf = (
-  ca: https.RequestOptions["ca"],
-  cert: https.RequestOptions["cert"],
-  key: https.RequestOptions["key"],
-): SecureContext | undefined => {
-  try {
-    return createSecureContext({ ca, cert, key })
-  } catch {
-    return undefined
-  }
-}
-
 export const makeKubeClient = Effect.fnUntraced(function* (
   options: KubeClientOptions,
 ): Effect.fn.Return<RotatingKubeClient, never, Scope.Scope> {
@@ -406,7 +398,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   const runFork = Effect.runForkWith(yield* Effect.context<never>())
   const connection = kubeConfig.getCurrentCluster()
   const server = connection?.server
-  // Our Agent talks to the server directly; a proxy-url would silently be bypassed, so refuse it.
+  // Our transport talks to the server directly; a proxy-url would silently be bypassed, so refuse it.
   const proxyUrl = connection?.proxyUrl
 
   /**
@@ -462,39 +454,32 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       : proxyUrl
         ? "kubeconfig proxy-url is not supported"
         : undefined
-  const isHttps = url?.protocol !== "http:"
   // What identifies the connection, from the first kubeconfig; setCredential must not change it.
   const tls = {
     ca: base.ca,
     servername: base.servername,
     rejectUnauthorized: base.rejectUnauthorized,
   }
-  const agents = new Set<http.Agent>()
+  const transports = new Set<Transport>()
   yield* Effect.addFinalizer(() =>
     Effect.sync(() => {
-      for (const a of agents) a.destroy()
-      agents.clear()
+      for (const t of transports) t.destroy()
+      transports.clear()
     }),
   )
-  // applyToHTTPSOptions also sets opts.agent (client-node's own); we use keep-alive ones of our own.
-  // One TLS context per Agent, shared by its connections: given only ca, cert and key, Node builds a
-  // context (its own copy of the CA store) for every connection a member opens.
-  const newAgent = (cert: https.RequestOptions["cert"], key: https.RequestOptions["key"]) => {
-    const secureContext = isHttps ? secureContextOf(tls.ca, cert, key) : undefined
-    const a = isHttps
-      ? new https.Agent({
-          keepAlive: true,
-          keepAliveMsecs: 30_000,
-          ca: tls.ca,
-          cert,
-          key,
-          ...(secureContext !== undefined ? { secureContext } : {}),
-          servername: tls.servername,
-          ...(tls.rejectUnauthorized !== undefined ? { rejectUnauthorized: tls.rejectUnauthorized } : {}),
-        })
-      : new http.Agent({ keepAlive: true })
-    agents.add(a)
-    return a
+  // applyToHTTPSOptions also sets opts.agent (client-node's own); our transports make their own.
+  const newTransport = (cert: https.RequestOptions["cert"], key: https.RequestOptions["key"]) => {
+    const t = makeTransport({
+      // Unused when the kubeconfig is unusable: every request fails with configError first.
+      url: url ?? new URL("https://invalid"),
+      tls: { ...tls, cert, key },
+      http2: options.http2 ?? true,
+      pingIdleMs: options.pingIdleMs ?? 30_000,
+      pingTimeoutMs: options.pingTimeoutMs ?? 15_000,
+      connectTimeoutMs: requestTimeoutMs,
+    })
+    transports.add(t)
+    return t
   }
   const certKeyOf = (cert: unknown, key: unknown) => `${String(cert ?? "")}\n${String(key ?? "")}`
   let generations = 0
@@ -502,7 +487,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     id: ++generations,
     // An exec user has no credential until its plugin ran (on the first request).
     auth: source.kind === "exec" ? undefined : initialAuth,
-    agent: newAgent(base.cert, base.key),
+    transport: newTransport(base.cert, base.key),
     certKey: certKeyOf(base.cert, base.key),
     expiry: undefined,
     refreshAt: undefined,
@@ -520,39 +505,42 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   /** Bumped by setCredential: a plugin run started for an older source installs nothing. */
   let sourceEpoch = 0
 
-  /** Requests and watches in flight per Agent (generations with one certificate share their Agent). */
-  const inflight = new Map<http.Agent, number>()
-  const closeIfIdle = (agent: http.Agent) => {
-    if (agent !== current.agent && (inflight.get(agent) ?? 0) === 0 && agents.has(agent)) {
-      agent.destroy()
-      agents.delete(agent)
-      inflight.delete(agent)
+  /** Requests and watches in flight per transport (generations with one certificate share theirs). */
+  const inflight = new Map<Transport, number>()
+  const closeIfIdle = (transport: Transport) => {
+    if (
+      transport !== current.transport &&
+      (inflight.get(transport) ?? 0) === 0 &&
+      transports.has(transport)
+    ) {
+      transport.destroy()
+      transports.delete(transport)
+      inflight.delete(transport)
     }
   }
   const hold = (g: Generation) => {
-    inflight.set(g.agent, (inflight.get(g.agent) ?? 0) + 1)
+    inflight.set(g.transport, (inflight.get(g.transport) ?? 0) + 1)
     let released = false
     return () => {
       if (released) return
       released = true
-      inflight.set(g.agent, (inflight.get(g.agent) ?? 1) - 1)
-      closeIfIdle(g.agent)
+      inflight.set(g.transport, (inflight.get(g.transport) ?? 1) - 1)
+      closeIfIdle(g.transport)
     }
   }
-  const install = (next: Omit<Generation, "id" | "agent" | "certKey">, cert: unknown, key: unknown) => {
+  const install = (next: Omit<Generation, "id" | "transport" | "certKey">, cert: unknown, key: unknown) => {
     const previous = current
     const certKey = certKeyOf(cert, key)
-    const agent =
+    const transport =
       certKey === previous.certKey
-        ? previous.agent
-        : newAgent(cert as https.RequestOptions["cert"], key as https.RequestOptions["key"])
-    current = { ...next, id: ++generations, agent, certKey }
-    closeIfIdle(previous.agent)
+        ? previous.transport
+        : newTransport(cert as https.RequestOptions["cert"], key as https.RequestOptions["key"])
+    current = { ...next, id: ++generations, transport, certKey }
+    closeIfIdle(previous.transport)
     refreshes++
     return current
   }
 
-  const doRequest = isHttps ? https.request : http.request
   const basePath = url ? url.pathname.replace(/\/+$/, "") : ""
 
   const transportError = (method: string, path: string, message: string, code: string | undefined) =>
@@ -760,10 +748,10 @@ export const makeKubeClient = Effect.fnUntraced(function* (
   const credentialState = (): CredentialState => ({ expiry: current.expiry, execFailure, refreshes })
 
   /**
-   * Starts the request. Node validates header values while building it and throws synchronously
-   * (ERR_INVALID_CHAR for a CR/LF or non-Latin-1 value from the kubeconfig or a credential plugin; TLS
-   * material can throw too): that becomes a KubeTransportError naming the code only, as the message may
-   * quote the value.
+   * Starts the request on the generation's transport; returns the function that abandons it. Node
+   * validates header values while building it and throws synchronously (ERR_INVALID_CHAR for a CR/LF or
+   * non-Latin-1 value from the kubeconfig or a credential plugin; TLS material can throw too): that
+   * becomes a KubeTransportError naming the code only, as the message may quote the value.
    */
   const startRequest = (
     method: string,
@@ -771,22 +759,26 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     fullPath: string,
     resolved: Resolved,
     extra: Record<string, string>,
-    onResponse: (res: http.IncomingMessage) => void,
-  ): http.ClientRequest | KubeTransportError => {
+    payload: string | undefined,
+    fence: (() => boolean) | undefined,
+    handlers: {
+      readonly onResponse: (res: IncomingResponse) => void
+      readonly onError: (e: unknown) => void
+      readonly onRefused: () => void
+    },
+  ): (() => void) | KubeTransportError => {
     const { auth, generation } = resolved
     try {
-      return doRequest(
+      return generation.transport.send(
         {
-          protocol: url!.protocol,
-          hostname: url!.hostname.replace(/^\[|\]$/g, ""),
-          port: url!.port || (isHttps ? 443 : 80),
-          path: basePath + fullPath,
           method,
-          agent: generation.agent,
-          ...(auth.basicAuth ? { auth: auth.basicAuth } : {}),
+          path: basePath + fullPath,
           headers: { ...auth.headers, accept: "application/json", "user-agent": userAgent, ...extra },
+          basicAuth: auth.basicAuth,
+          payload,
+          fence,
         },
-        onResponse,
+        handlers,
       )
     } catch (e) {
       const code = plainCode(e) ?? "BadRequest"
@@ -831,7 +823,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       }
       let done = false
       let timer: NodeJS.Timeout | undefined
-      let r: http.ClientRequest | undefined
+      let abandon: (() => void) | undefined
       const finish = (e: Effect.Effect<RawResponse, KubeTransportError>) => {
         if (done) return
         done = true
@@ -840,11 +832,11 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       }
       const fail = (e: KubeTransportError) => {
         finish(Effect.fail(e))
-        r?.destroy()
+        abandon?.()
       }
       const timeoutMs = req.timeoutMs ?? requestTimeoutMs
-      const started = startRequest(method, path, path + queryString(req.query), resolved, extra, (res) => {
-        const status = res.statusCode ?? 0
+      const onResponse = (res: IncomingResponse) => {
+        const status = res.status
         const limit = isSuccess(status) ? maxResponseBytes : maxErrorBodyBytes
         readBody(
           res,
@@ -856,47 +848,54 @@ export const makeKubeClient = Effect.fnUntraced(function* (
               tooLarge(method, path, isSuccess(status) ? "the response" : `the HTTP ${status} body`, limit),
             ),
         )
-        res.on("error", (e) => finish(Effect.fail(nodeError(method, path, e))))
+        res.body.on("error", (e) => finish(Effect.fail(nodeError(method, path, e))))
         // Every response closes, most of them after their body was read: the error (a stack trace each)
         // is made only when nothing finished the request first.
-        res.on("aborted", () => {
+        res.body.on("aborted", () => {
           if (!done) finish(Effect.fail(transportError(method, path, "response aborted", "Closed")))
         })
-        res.on("close", () => {
+        res.body.on("close", () => {
           if (!done)
             finish(Effect.fail(transportError(method, path, "connection closed mid-response", "Closed")))
         })
-      })
-      if (started instanceof KubeTransportError) return finish(Effect.fail(started))
-      r = started
-      timer = setTimeout(
-        () => fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout")),
-        timeoutMs,
+      }
+      const started = startRequest(
+        method,
+        path,
+        path + queryString(req.query),
+        resolved,
+        extra,
+        payload,
+        req.fence,
+        {
+          onResponse,
+          onError: (e) => finish(Effect.fail(nodeError(method, path, e))),
+          onRefused: () =>
+            finish(
+              Effect.fail(
+                transportError(method, path, "refused before sending: the fence closed", "NotLeader"),
+              ),
+            ),
+        },
       )
-      r.on("error", (e) => finish(Effect.fail(nodeError(method, path, e))))
+      if (started instanceof KubeTransportError) return finish(Effect.fail(started))
+      abandon = started
+      // Refused or failed while starting: nothing is left to wait for.
+      if (done) return void started()
+      timer = setTimeout(() => {
+        fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout"))
+        // One connection may carry every request of the member: is it still alive?
+        resolved.generation.transport.suspect()
+      }, timeoutMs)
       signal.addEventListener(
         "abort",
         () => {
           done = true
           clearTimeout(timer)
-          r?.destroy()
+          abandon?.()
         },
         { once: true },
       )
-      const fence = req.fence
-      if (fence === undefined) return void r.end(payload)
-      // Nothing is written until the socket can take the bytes at once: headers and body go out together
-      // at r.end, right after the fence said yes.
-      const request = r
-      const sendIfAllowed = () => {
-        if (done) return
-        if (fence()) return void request.end(payload)
-        fail(transportError(method, path, "refused before sending: the fence closed", "NotLeader"))
-      }
-      request.once("socket", (socket) => {
-        if (request.reusedSocket) return sendIfAllowed()
-        socket.once(isHttps ? "secureConnect" : "connect", sendIfAllowed)
-      })
     })
 
   /** One attempt: its credential, the exchange, and what the answer says about that credential. */
@@ -982,11 +981,11 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     const inactivityMs = watchOptions?.inactivityTimeoutMs ?? watchInactivityTimeoutMs
     let ended = false
     let timer: NodeJS.Timeout | undefined
-    let r: http.ClientRequest | undefined
+    let abandon: (() => void) | undefined
     const stop = () => {
       ended = true
       clearTimeout(timer)
-      r?.destroy()
+      abandon?.()
       release()
     }
     const failCause = (cause: Cause.Cause<KubeApiError | KubeTransportError>) => {
@@ -999,10 +998,10 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     // accepts connections); after them, the inactivity timeout (a silent or half-open stream).
     const arm = () => {
       clearTimeout(timer)
-      timer = setTimeout(
-        () => fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive")),
-        inactivityMs,
-      )
+      timer = setTimeout(() => {
+        fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive"))
+        resolved.generation.transport.suspect()
+      }, inactivityMs)
     }
     const parseLine = (bytes: Buffer): boolean => {
       const text = bytes.toString("utf8")
@@ -1035,8 +1034,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       Queue.offerUnsafe(queue, ev)
       return true
     }
-    const onResponse = (res: http.IncomingMessage) => {
-      const status = res.statusCode ?? 0
+    const onResponse = (res: IncomingResponse) => {
+      const status = res.status
       if (status === 401) onUnauthorized(resolved.generation)
       if (status !== 200) {
         readBody(
@@ -1045,8 +1044,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
           (text) => fail(apiError("GET", path, status, text, parseRetryAfter(res.headers["retry-after"]))),
           () => fail(tooLarge("GET", path, `the HTTP ${status} body`, maxErrorBodyBytes)),
         )
-        res.on("error", (e) => fail(nodeError("GET", path, e)))
-        res.on("close", () => fail(transportError("GET", path, `HTTP ${status} body cut off`, "Closed")))
+        res.body.on("error", (e) => fail(nodeError("GET", path, e)))
+        res.body.on("close", () => fail(transportError("GET", path, `HTTP ${status} body cut off`, "Closed")))
         return
       }
       onAccepted(resolved.generation)
@@ -1060,7 +1059,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       let partial: Buffer[] = []
       let partialBytes = 0
       const frameTooLarge = () => fail(tooLarge("GET", path, "a watch line", maxWatchFrameBytes))
-      res.on("data", (chunk: Buffer) => {
+      res.body.on("data", (chunk: Buffer) => {
         if (ended) return
         arm()
         let start = 0
@@ -1081,15 +1080,17 @@ export const makeKubeClient = Effect.fnUntraced(function* (
         if (partialBytes > maxWatchFrameBytes) return frameTooLarge()
         partial.push(start === 0 ? chunk : chunk.subarray(start))
       })
-      res.on("end", () => {
+      res.body.on("end", () => {
         if (ended) return
         if (partialBytes > 0 && !parseLine(Buffer.concat(partial, partialBytes))) return
         stop()
         Queue.endUnsafe(queue)
       })
-      res.on("aborted", () => fail(transportError("GET", path, "watch response aborted", "Closed")))
-      res.on("error", (e) => fail(nodeError("GET", path, e)))
-      res.on("close", () => fail(transportError("GET", path, "watch connection closed mid-stream", "Closed")))
+      res.body.on("aborted", () => fail(transportError("GET", path, "watch response aborted", "Closed")))
+      res.body.on("error", (e) => fail(nodeError("GET", path, e)))
+      res.body.on("close", () =>
+        fail(transportError("GET", path, "watch connection closed mid-stream", "Closed")),
+      )
     }
     const started = startRequest(
       "GET",
@@ -1097,19 +1098,27 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       path + queryString({ ...query, watch: "true" }),
       resolved,
       {},
-      onResponse,
+      undefined,
+      undefined,
+      {
+        onResponse,
+        onError: (e) => fail(nodeError("GET", path, e)),
+        onRefused: () => fail(transportError("GET", path, "refused before sending", "NotLeader")),
+      },
     )
     if (started instanceof KubeTransportError) {
       fail(started)
       return stop
     }
-    r = started
-    r.on("error", (e) => fail(nodeError("GET", path, e)))
-    r.end()
-    timer = setTimeout(
-      () => fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout")),
-      requestTimeoutMs,
-    )
+    abandon = started
+    if (ended) {
+      started()
+      return stop
+    }
+    timer = setTimeout(() => {
+      fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout"))
+      resolved.generation.transport.suspect()
+    }, requestTimeoutMs)
     return stop
   }
 

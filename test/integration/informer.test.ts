@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs"
 import { createServer } from "node:https"
 import type { AddressInfo } from "node:net"
 import { KubeConfig } from "@kubernetes/client-node"
-import { Cause, Effect, Exit, Scope, Tracer } from "effect"
+import { Cause, Effect, Exit, Fiber, Scope, Stream, Tracer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import type { Informer } from "../../src/engine/informer/informer.ts"
@@ -18,10 +18,12 @@ import {
   isNotFound,
   KubeApiError,
   type KubeClient,
+  KubeTransportError,
   makeKubeClient,
   resourcePath,
 } from "../../src/kube/client.ts"
 import { type ConfigMap, cmResource, kubeConfigOf, recorder, startInformer } from "../support/informer.ts"
+import { startProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 /** waitUntil's probe interval, shorter than its default: these waits gate many small steps. */
@@ -626,6 +628,82 @@ describe("kube client and informer against a real apiserver", () => {
       await waitUntil("add e", 10_000, () => calls.includes(`add:e@${e.metadata.resourceVersion}`), pollMs)
     } finally {
       await h.close()
+    }
+  })
+
+  it("carries a credential's requests and watches on one HTTP/2 connection, and replaces one that stopped answering", async () => {
+    const namespace = await ns("inf-h2")
+    // The proxy counts the client's connections from outside it.
+    const proxy = await startProxy(Number(new URL(c.server).port))
+    const viaProxy = c.kubeconfig.replace(c.server, `https://127.0.0.1:${proxy.port}`)
+    const h = await startInformer(
+      viaProxy,
+      { namespace },
+      { requestTimeoutMs: 5_000, pingIdleMs: 1_000, pingTimeoutMs: 1_000 },
+    )
+    try {
+      await h.run(h.informer.awaitSynced.pipe(Effect.timeout("30 seconds")))
+      // A second watch on the same client, and 40 writes and 40 reads at once.
+      let watched = 0
+      const second = Effect.runFork(
+        Stream.runForEach(h.client.watch(cmPath(namespace), {}), (ev) =>
+          Effect.sync(() => void (ev.type === "ADDED" && watched++)),
+        ),
+      )
+      await sleep(300)
+      const names = Array.from({ length: 40 }, (_, i) => `h2-${i}`)
+      await h.run(
+        Effect.all(
+          names.flatMap((name) => [
+            h.client.request({
+              method: "POST",
+              path: cmPath(namespace),
+              body: { apiVersion: "v1", kind: "ConfigMap", metadata: { name }, data: { v: "1" } },
+            }),
+            h.client.request({ method: "GET", path: cmPath(namespace), query: { limit: "1" } }),
+          ]),
+          { concurrency: "unbounded" },
+        ),
+      )
+      await waitUntil(
+        "both watches saw every ConfigMap",
+        10_000,
+        () => {
+          return h.informer.store.size === names.length && watched === names.length
+        },
+        pollMs,
+      )
+      // HTTP/1.1 would have opened a connection per request in flight.
+      expect(proxy.accepted()).toBe(1)
+      expect(proxy.open()).toBe(1)
+
+      // The connection stops carrying bytes: PINGs go unanswered, the connection is closed (its watches
+      // and requests fail at once, not at their deadlines), and the next one replaces it.
+      proxy.cut("blackhole")
+      const t0 = Date.now()
+      const hung = await Effect.runPromiseExit(
+        h.client.request({ method: "GET", path: cmPath(namespace), query: { limit: "1" } }),
+      )
+      const failedAfterMs = Date.now() - t0
+      const error = Exit.isFailure(hung) ? Cause.squash(hung.cause) : undefined
+      expect(error).toBeInstanceOf(KubeTransportError)
+      expect((error as KubeTransportError).code).toBe("PingTimeout")
+      expect(failedAfterMs).toBeLessThan(5_000)
+      const watchExit = await Effect.runPromise(Fiber.await(second))
+      expect(Exit.isFailure(watchExit)).toBe(true)
+      proxy.restore()
+      await createCm(namespace, "after")
+      await waitUntil(
+        "the informer's watch is back",
+        20_000,
+        () => h.informer.store.size === names.length + 1,
+        pollMs,
+      )
+      await h.run(h.client.request({ method: "GET", path: cmPath(namespace), query: { limit: "1" } }))
+      expect(proxy.open()).toBe(1)
+    } finally {
+      await h.close()
+      await proxy.close()
     }
   })
 

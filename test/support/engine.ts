@@ -27,6 +27,7 @@ export const engineOptions = (
   cluster,
   kubeConfig,
   userAgent: "fleetcheck-test",
+  http2: defaultHubConfig.http2,
   execTimeoutMs: defaultHubConfig.execPluginTimeoutMs,
   namespaces: undefined,
   workers: defaultHubConfig.workersPerMember,

@@ -4,7 +4,7 @@
 import { KubeConfig } from "@kubernetes/client-node"
 import { Effect, Exit, Logger, References, Scope } from "effect"
 import { type Informer, type InformerOptions, makeInformer } from "../../src/engine/informer/informer.ts"
-import { makeKubeClient } from "../../src/kube/client.ts"
+import { type KubeClientOptions, makeKubeClient } from "../../src/kube/client.ts"
 
 export interface ConfigMap {
   apiVersion?: string
@@ -44,7 +44,7 @@ export const startInformer = async <T = ConfigMap>(
     resource?: InformerOptions<T>["resource"]
     resyncMs?: number
   },
-  clientOptions: { requestTimeoutMs?: number; watchInactivityTimeoutMs?: number } = {},
+  clientOptions: Omit<KubeClientOptions, "cluster" | "kubeConfig"> = {},
 ) => {
   const logs: Array<LogLine> = []
   const capture = Logger.make((o) => {

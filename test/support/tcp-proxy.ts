@@ -1,5 +1,6 @@
 // A TCP proxy in front of an API server for fault tests: it passes bytes, refuses new connections, or
-// blackholes (connections stay open and carry nothing, as behind a dead load balancer).
+// blackholes (connections stay open and carry nothing, as behind a dead load balancer). It counts the
+// connections it accepted and those open, as seen from outside the client.
 import { type AddressInfo, connect, createServer, type Socket } from "node:net"
 
 export type ProxyMode = "pass" | "refuse" | "blackhole"
@@ -8,6 +9,7 @@ export type ProxyMode = "pass" | "refuse" | "blackhole"
 export const startProxy = async (targetPort: number) => {
   let mode: ProxyMode = "pass"
   const pairs = new Set<readonly [Socket, Socket]>()
+  let accepted = 0
   const dropAll = () => {
     for (const [a, b] of pairs) {
       a.destroy()
@@ -16,6 +18,7 @@ export const startProxy = async (targetPort: number) => {
     pairs.clear()
   }
   const server = createServer((down) => {
+    accepted++
     if (mode === "refuse") {
       down.destroy()
       return
@@ -39,6 +42,10 @@ export const startProxy = async (targetPort: number) => {
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
   return {
     port: (server.address() as AddressInfo).port,
+    /** Client connections accepted so far (refused ones included). */
+    accepted: () => accepted,
+    /** Client connections open now. */
+    open: () => pairs.size,
     cut: (how: Exclude<ProxyMode, "pass">) => {
       mode = how
       if (how === "refuse") dropAll()

@@ -78,6 +78,7 @@ describe("hub configuration", () => {
       "sandbox-cleanup-timeout": "5m",
       "sandbox-orphan-grace": "30s",
       "resync-period": "1h",
+      http2: "false",
       "credential-expiry-warning": "48h",
       "capi-kubeconfig-selector": "cluster.x-k8s.io/cluster-name",
       "clusterprofile-provider-file": "/etc/fleetcheck/providers.json",

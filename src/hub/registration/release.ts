@@ -38,6 +38,8 @@ export interface ReleaseAttempt {
   /** Where other engines of this hub work on that cluster now, asked when the attempt starts. */
   readonly kept: () => Kept
   readonly userAgent: string
+  /** Offer HTTP/2 (--http2). */
+  readonly http2: boolean
   readonly mayWrite: Effect.Effect<boolean>
 }
 
@@ -98,6 +100,7 @@ const releaseWith = (attempt: ReleaseAttempt, credential: ReleaseCredential, wha
         kubeConfig: credential.kubeConfig,
         requestTimeoutMs,
         userAgent: attempt.userAgent,
+        http2: attempt.http2,
         execTimeoutMs: attempt.execTimeoutMs,
         ...(credential.execClusterConfig !== undefined
           ? { execClusterConfig: credential.execClusterConfig }
