@@ -15,6 +15,7 @@ import {
   replicaLeaseName,
   shardLeaseLabel,
 } from "../../src/api/names.ts"
+import { startDev } from "../support/dev.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
@@ -72,23 +73,12 @@ describe("fleetcheck dev --hub-replicas 2", () => {
 
   it("splits the members between two replicas that both answer for the whole fleet, and releases every Lease on Ctrl-C", async () => {
     const t0 = Date.now()
-    dev = spawn(bin, ["dev", "--port", "0", "--hub-replicas", "2"], {
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, ...leaseEnv },
+    const running = await startDev(bin, ["--port", "0", "--hub-replicas", "2"], {
+      ...process.env,
+      ...leaseEnv,
     })
-    let stdout = ""
-    let stderr = ""
-    dev.stderr?.on("data", (d: Buffer) => {
-      stderr += d.toString()
-    })
-    await new Promise<void>((resolve, reject) => {
-      dev?.stdout?.on("data", (d: Buffer) => {
-        stdout += d.toString()
-        if (stdout.includes("Ctrl-C stops everything")) resolve()
-      })
-      dev?.once("exit", (code) => reject(new Error(`dev exited early (${code}):\n${stderr}`)))
-      setTimeout(() => reject(new Error(`dev did not come up in time:\n${stderr}`)), 180_000)
-    })
+    dev = running.process
+    const stdout = running.stdout()
     console.log(`fleetcheck dev --hub-replicas 2 ready in ${Date.now() - t0} ms`)
     const runDir = /KUBECONFIG=(\/\S+)\/hub\/admin\.kubeconfig/.exec(stdout)?.[1]
     expect(runDir && existsSync(runDir)).toBe(true)
@@ -210,20 +200,20 @@ describe("fleetcheck dev --hub-replicas 2", () => {
     watch.kill()
     const code = await exited
     console.log(`dev stopped in ${Date.now() - stopAt} ms`)
-    expect(code, stderr).toBe(0)
+    expect(code, running.stderr()).toBe(0)
     const last = lastEvents()
     for (const m of members) {
       const e = last.get(memberLeaseName(m))
       expect(e?.object.spec?.holderIdentity ?? "", `${m}'s Lease at the end: ${JSON.stringify(e)}`).toBe("")
     }
     for (const id of identities) expect(last.get(replicaLeaseName(id))?.type).toBe("DELETED")
-    expect(stderr).toContain("stopping the 2 hub replicas")
-    expect(stderr).not.toMatch(/exited .* while the fleet runs/)
+    expect(running.stderr()).toContain("stopping the 2 hub replicas")
+    expect(running.stderr()).not.toMatch(/exited .* while the fleet runs/)
 
     const deadline = Date.now() + 15_000
     while (Date.now() < deadline && pids.some(alive)) await sleep(200)
     expect(pids.filter(alive)).toEqual([])
     const left = existsSync(runDir!) ? readdirSync(runDir!, { recursive: true }).join(" ") : ""
-    expect(left, `left in ${runDir}; dev said:\n${stderr}`).toBe("")
+    expect(left, `left in ${runDir}; dev said:\n${running.stderr()}`).toBe("")
   })
 })

@@ -2,9 +2,10 @@
 // samples end one Verified and one failed with a clear reason, the FleetBackupCheck sample is placed in
 // both members and verified, `fleetcheck status` says so with exit 1,
 // and Ctrl-C leaves no process or temporary directory behind.
-import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { type ChildProcess, execFile } from "node:child_process"
 import { existsSync, readFileSync } from "node:fs"
 import { afterAll, describe, expect, it } from "vitest"
+import { startDev } from "../support/dev.ts"
 import { sleep } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
@@ -33,20 +34,9 @@ describe("fleetcheck dev", () => {
 
   it("runs a local fleet with one verified and one failed sample, and cleans up on Ctrl-C", async () => {
     const t0 = Date.now()
-    dev = spawn(bin, ["dev", "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] })
-    let stdout = ""
-    let stderr = ""
-    dev.stderr?.on("data", (d: Buffer) => {
-      stderr += d.toString()
-    })
-    await new Promise<void>((resolve, reject) => {
-      dev?.stdout?.on("data", (d: Buffer) => {
-        stdout += d.toString()
-        if (stdout.includes("Ctrl-C stops everything")) resolve()
-      })
-      dev?.once("exit", (code) => reject(new Error(`dev exited early (${code}):\n${stderr}`)))
-      setTimeout(() => reject(new Error(`dev did not come up in time:\n${stderr}`)), 180_000)
-    })
+    const running = await startDev(bin, ["--port", "0"])
+    dev = running.process
+    const stdout = running.stdout()
     console.log(`fleetcheck dev ready in ${Date.now() - t0} ms`)
     const url = /dashboard\s+(http:\/\/127\.0\.0\.1:\d+)\//.exec(stdout)?.[1]
     expect(url).toBeTruthy()
