@@ -811,8 +811,13 @@ try {
           (byController.get(controller) ?? 0) + Number(l.slice(l.lastIndexOf(" ") + 1)),
         )
       }
+    // Conflicts on the hub's own writes are requeued and counted as result="requeue", not as errors.
+    const conflicts = hubMetrics
+      .split("\n")
+      .filter((l) => l.startsWith("controller_runtime_reconcile_total{") && l.includes('result="requeue"'))
+      .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
     print(
-      `wave: the hub sent ${hubTotal(hubMetrics, "rest_client_request_retries_total")} throttled requests again (rest_client_request_retries_total); reconcile errors since the hub started ${hubTotal(hubMetrics, "controller_runtime_reconcile_errors_total")} (${[...byController].map(([k, v]) => `${k} ${v}`).join(", ")})`,
+      `wave: the hub sent ${hubTotal(hubMetrics, "rest_client_request_retries_total")} throttled requests again (rest_client_request_retries_total); reconcile errors since the hub started ${hubTotal(hubMetrics, "controller_runtime_reconcile_errors_total")} (${[...byController].map(([k, v]) => `${k} ${v}`).join(", ")}); reconciles requeued after a Conflict ${conflicts}`,
     )
     for (const w of [...completer, ...checkWatch]) w.stop()
     for (const t of timers) clearTimeout(t)
