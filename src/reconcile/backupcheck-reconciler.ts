@@ -259,8 +259,34 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   // Skipped slots already reported by this process, by check uid: one Event and one callback per slot.
   const reportedSkips = new Map<string, string>()
 
-  const patchMerge = (path: string, body: unknown) =>
-    client.request<BackupCheck>({ method: "PATCH", path, body, contentType: "application/merge-patch+json" })
+  // The resourceVersions this process's own writes replaced, by check key, until the cache shows
+  // another: a pass that starts from one of them would decide from a check older than the hub's own
+  // last write, and its write could only fail with Conflict. Such a pass waits instead; the watch event
+  // of that write brings the key back. Each entry lives from a write until the next pass of its key.
+  const replaced = new Map<string, string[]>()
+
+  /** A merge patch of `check` (or its status), every body carrying the resourceVersion it was computed from. */
+  const patchCheck = (check: BackupCheck, subresource: "status" | undefined, body: unknown) => {
+    const { namespace, name, resourceVersion } = check.metadata
+    return client
+      .request<BackupCheck>({
+        method: "PATCH",
+        path: checkPath(namespace, name, subresource),
+        body,
+        contentType: "application/merge-patch+json",
+      })
+      .pipe(
+        Effect.map((written) => {
+          if (resourceVersion !== undefined) {
+            const key = `${namespace}/${name}`
+            const versions = replaced.get(key)
+            if (versions === undefined) replaced.set(key, [resourceVersion])
+            else versions.push(resourceVersion)
+          }
+          return written
+        }),
+      )
+  }
 
   /**
    * Writes the status through the subresource: the merge patch from what the check holds to `status`
@@ -272,14 +298,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     return patch === undefined ? Effect.succeed(check) : sendStatusPatch(check, patch)
   }
   const sendStatusPatch = (check: BackupCheck, patch: Exclude<ReturnType<typeof mergePatchOf>, undefined>) =>
-    patchMerge(checkPath(check.metadata.namespace, check.metadata.name, "status"), {
+    patchCheck(check, "status", {
       metadata: { resourceVersion: check.metadata.resourceVersion },
       status: patch,
     })
 
   const cleanup = Effect.fnUntraced(function* (check: BackupCheck, now: number) {
     if (!(check.metadata.finalizers ?? []).includes(finalizerName)) return {}
-    const ns = check.metadata.namespace
     for (const job of options.jobs.byIndex(ownerUidIndex, check.metadata.uid)) {
       yield* deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void))
     }
@@ -304,7 +329,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     }
     yield* Effect.logInfo("deleted restore Jobs and sandboxes; removing finalizer")
     yield* ignoreNotFound(
-      patchMerge(checkPath(ns, check.metadata.name), {
+      patchCheck(check, undefined, {
         metadata: {
           resourceVersion: check.metadata.resourceVersion,
           finalizers: (check.metadata.finalizers ?? []).filter((f) => f !== finalizerName),
@@ -485,14 +510,23 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
 
   function reconcilePass(req: ReconcileRequest, now: number): Effect.Effect<ReconcileResult, unknown> {
     return Effect.gen(function* () {
-      const cached = options.checks.get(`${req.namespace}/${req.name}`)
+      const key = `${req.namespace}/${req.name}`
+      const cached = options.checks.get(key)
+      if (replaced.size > 0) {
+        const ownWrites = replaced.get(key)
+        // The cache has not yet seen the hub's own last write of this check: nothing decided from it
+        // could be written. The write's event requeues the key; the poll is for a watch that broke.
+        if (cached !== undefined && ownWrites?.includes(cached.metadata.resourceVersion ?? ""))
+          return { requeueAfterMs: 1000 }
+        replaced.delete(key)
+      }
       if (!cached) return yield* sweepGone(req.namespace, req.name)
       if (cached.metadata.deletionTimestamp) return yield* cleanup(cached, now)
       /** The check as last read or written: every write carries its resourceVersion. */
       let check: BackupCheck = cached
 
       if (!(check.metadata.finalizers ?? []).includes(finalizerName)) {
-        check = yield* patchMerge(checkPath(req.namespace, req.name), {
+        check = yield* patchCheck(check, undefined, {
           metadata: {
             resourceVersion: check.metadata.resourceVersion,
             finalizers: [...(check.metadata.finalizers ?? []), finalizerName],

@@ -164,6 +164,68 @@ describe("BackupCheck reconciler", () => {
   )
 
   it.effect(
+    "a pass from a cached check the reconciler's own write replaced sends nothing and waits for the cache",
+    () =>
+      Effect.gen(function* () {
+        yield* TestClock.setTime(t("2026-11-29T12:00:00Z"))
+        const bare = checkWith({})
+        const running = checkWith(
+          {},
+          {
+            ...succeededStatus(bare, "g1"),
+            lastRun: {
+              jobName: jobNameFor("orders", "g1"),
+              runID: "g1",
+              startTime: "2026-11-29T09:00:00Z",
+              result: "Running",
+              traceID: traceparentFor(uid, "g1").traceID,
+              specHash: specHashFor(bare.spec),
+            },
+          },
+        )
+        const at = (resourceVersion: string): BackupCheck => ({
+          ...running,
+          metadata: { ...running.metadata, resourceVersion },
+        })
+        // The check cache as the informer holds it: behind the write until its event arrives.
+        let cached = at("100")
+        const checks: StoreView<BackupCheck> = {
+          ...storeOf([running]),
+          get: (k) => (k === "shop/orders" ? cached : undefined),
+        }
+        const api = scriptedClient((req) => (req.method === "PATCH" ? at("101") : {}))
+        const reconcile = makeBackupCheckReconciler({
+          cluster: "member",
+          client: api.client,
+          checks,
+          jobs: storeOf([jobFor("g1", "Complete", "2026-11-29T09:00:00Z")], ownerIndex),
+          namespaces: storeOf([]),
+          sandboxCleanupTimeoutMs: 600_000,
+          sandboxOrphanGraceMs: 60_000,
+          runningPollMs: 2_000,
+          onRunSkipped: () => {},
+          onRunRecorded: () => {},
+        })
+        const pass = reconcile({ cluster: "member", namespace: "shop", name: "orders", reconcileId: "r" })
+        const statusWrites = () =>
+          api.sent
+            .filter((r) => r.method === "PATCH")
+            .map((r) => (r.body as { metadata: { resourceVersion: string } }).metadata.resourceVersion)
+
+        yield* pass // records g1's verdict, written from resourceVersion 100
+        assert.deepStrictEqual(statusWrites(), ["100"])
+        // The Job's next event came before the check's: the cache still shows 100, which the write replaced.
+        assert.deepStrictEqual(yield* pass, { requeueAfterMs: 1000 })
+        assert.deepStrictEqual(statusWrites(), ["100"])
+        // The cache moved past it (here to a version another writer made, the verdict not in it): decided
+        // from again.
+        cached = at("102")
+        yield* pass
+        assert.deepStrictEqual(statusWrites(), ["100", "102"])
+      }),
+  )
+
+  it.effect(
     "Forbid: a slot passing while a run is active is reported once (Event and callback), nothing starts",
     () =>
       Effect.gen(function* () {
