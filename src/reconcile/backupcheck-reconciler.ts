@@ -254,6 +254,12 @@ const verdictOfPhase = (phase: Phase): Verdict | undefined =>
         ...(phase.counts !== undefined ? { counts: phase.counts } : {}),
       }
 
+/**
+ * How many passes of one check may wait for the cache to show the reconciler's own last write (about
+ * a second each, or an event each) before one decides from the cache as it is and risks a Conflict.
+ */
+const maxOwnWriteWaits = 10
+
 export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions) => {
   const { client, cluster, runningPollMs } = options
   // Skipped slots already reported by this process, by check uid: one Event and one callback per slot.
@@ -262,8 +268,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   // The resourceVersions this process's own writes replaced, by check key, until the cache shows
   // another: a pass that starts from one of them would decide from a check older than the hub's own
   // last write, and its write could only fail with Conflict. Such a pass waits instead; the watch event
-  // of that write brings the key back. Each entry lives from a write until the next pass of its key.
-  const replaced = new Map<string, string[]>()
+  // of that write brings the key back. Each entry lives from a write until the next pass of its key
+  // that proceeds, and a key waits at most `maxOwnWriteWaits` passes: waiting is only an optimisation
+  // (the old way, a write that fails with Conflict and a retry, stays correct), so it must never hold
+  // a check for good, whatever the cache does.
+  const replaced = new Map<string, { readonly versions: string[]; waits: number }>()
 
   /** A merge patch of `check` (or its status), every body carrying the resourceVersion it was computed from. */
   const patchCheck = (check: BackupCheck, subresource: "status" | undefined, body: unknown) => {
@@ -277,11 +286,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       })
       .pipe(
         Effect.map((written) => {
-          if (resourceVersion !== undefined) {
+          // A patch that changed nothing the API server keeps (a field the schema prunes, a value
+          // equal once defaulted) leaves the resourceVersion as it was: no event will follow, and
+          // the cache already holds what was written. Only a version the write replaced is awaited.
+          if (resourceVersion !== undefined && written.metadata?.resourceVersion !== resourceVersion) {
             const key = `${namespace}/${name}`
-            const versions = replaced.get(key)
-            if (versions === undefined) replaced.set(key, [resourceVersion])
-            else versions.push(resourceVersion)
+            const entry = replaced.get(key)
+            if (entry === undefined) replaced.set(key, { versions: [resourceVersion], waits: 0 })
+            else entry.versions.push(resourceVersion)
           }
           return written
         }),
@@ -516,8 +528,24 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         const ownWrites = replaced.get(key)
         // The cache has not yet seen the hub's own last write of this check: nothing decided from it
         // could be written. The write's event requeues the key; the poll is for a watch that broke.
-        if (cached !== undefined && ownWrites?.includes(cached.metadata.resourceVersion ?? ""))
+        if (
+          ownWrites !== undefined &&
+          cached !== undefined &&
+          ownWrites.waits < maxOwnWriteWaits &&
+          ownWrites.versions.includes(cached.metadata.resourceVersion ?? "")
+        ) {
+          ownWrites.waits++
           return { requeueAfterMs: 1000 }
+        }
+        if (ownWrites !== undefined && ownWrites.waits >= maxOwnWriteWaits)
+          yield* Effect.logInfo(
+            "the check cache never showed this reconciler's last write; deciding from it anyway",
+          ).pipe(
+            Effect.annotateLogs({
+              resourceVersion: cached?.metadata.resourceVersion ?? "",
+              waits: ownWrites.waits,
+            }),
+          )
         replaced.delete(key)
       }
       if (!cached) return yield* sweepGone(req.namespace, req.name)

@@ -163,54 +163,62 @@ describe("BackupCheck reconciler", () => {
     }),
   )
 
+  /**
+   * A check whose g1 Job completed, its verdict not yet recorded, behind a check cache the test moves by
+   * hand, and a client whose PATCH answers with the check at `writtenVersion()`.
+   */
+  const ownWriteFixture = (writtenVersion: () => string) => {
+    const bare = checkWith({})
+    const running = checkWith(
+      {},
+      {
+        ...succeededStatus(bare, "g1"),
+        lastRun: {
+          jobName: jobNameFor("orders", "g1"),
+          runID: "g1",
+          startTime: "2026-11-29T09:00:00Z",
+          result: "Running",
+          traceID: traceparentFor(uid, "g1").traceID,
+          specHash: specHashFor(bare.spec),
+        },
+      },
+    )
+    const at = (resourceVersion: string): BackupCheck => ({
+      ...running,
+      metadata: { ...running.metadata, resourceVersion },
+    })
+    const cache = { check: at("100") }
+    const checks: StoreView<BackupCheck> = {
+      ...storeOf([running]),
+      get: (k) => (k === "shop/orders" ? cache.check : undefined),
+    }
+    const api = scriptedClient((req) => (req.method === "PATCH" ? at(writtenVersion()) : {}))
+    const reconcile = makeBackupCheckReconciler({
+      cluster: "member",
+      client: api.client,
+      checks,
+      jobs: storeOf([jobFor("g1", "Complete", "2026-11-29T09:00:00Z")], ownerIndex),
+      namespaces: storeOf([]),
+      sandboxCleanupTimeoutMs: 600_000,
+      sandboxOrphanGraceMs: 60_000,
+      runningPollMs: 2_000,
+      onRunSkipped: () => {},
+      onRunRecorded: () => {},
+    })
+    const pass = reconcile({ cluster: "member", namespace: "shop", name: "orders", reconcileId: "r" })
+    const statusWrites = () =>
+      api.sent
+        .filter((r) => r.method === "PATCH")
+        .map((r) => (r.body as { metadata: { resourceVersion: string } }).metadata.resourceVersion)
+    return { at, cache, pass, statusWrites }
+  }
+
   it.effect(
     "a pass from a cached check the reconciler's own write replaced sends nothing and waits for the cache",
     () =>
       Effect.gen(function* () {
         yield* TestClock.setTime(t("2026-11-29T12:00:00Z"))
-        const bare = checkWith({})
-        const running = checkWith(
-          {},
-          {
-            ...succeededStatus(bare, "g1"),
-            lastRun: {
-              jobName: jobNameFor("orders", "g1"),
-              runID: "g1",
-              startTime: "2026-11-29T09:00:00Z",
-              result: "Running",
-              traceID: traceparentFor(uid, "g1").traceID,
-              specHash: specHashFor(bare.spec),
-            },
-          },
-        )
-        const at = (resourceVersion: string): BackupCheck => ({
-          ...running,
-          metadata: { ...running.metadata, resourceVersion },
-        })
-        // The check cache as the informer holds it: behind the write until its event arrives.
-        let cached = at("100")
-        const checks: StoreView<BackupCheck> = {
-          ...storeOf([running]),
-          get: (k) => (k === "shop/orders" ? cached : undefined),
-        }
-        const api = scriptedClient((req) => (req.method === "PATCH" ? at("101") : {}))
-        const reconcile = makeBackupCheckReconciler({
-          cluster: "member",
-          client: api.client,
-          checks,
-          jobs: storeOf([jobFor("g1", "Complete", "2026-11-29T09:00:00Z")], ownerIndex),
-          namespaces: storeOf([]),
-          sandboxCleanupTimeoutMs: 600_000,
-          sandboxOrphanGraceMs: 60_000,
-          runningPollMs: 2_000,
-          onRunSkipped: () => {},
-          onRunRecorded: () => {},
-        })
-        const pass = reconcile({ cluster: "member", namespace: "shop", name: "orders", reconcileId: "r" })
-        const statusWrites = () =>
-          api.sent
-            .filter((r) => r.method === "PATCH")
-            .map((r) => (r.body as { metadata: { resourceVersion: string } }).metadata.resourceVersion)
+        const { at, cache, pass, statusWrites } = ownWriteFixture(() => "101")
 
         yield* pass // records g1's verdict, written from resourceVersion 100
         assert.deepStrictEqual(statusWrites(), ["100"])
@@ -219,10 +227,40 @@ describe("BackupCheck reconciler", () => {
         assert.deepStrictEqual(statusWrites(), ["100"])
         // The cache moved past it (here to a version another writer made, the verdict not in it): decided
         // from again.
-        cached = at("102")
+        cache.check = at("102")
         yield* pass
         assert.deepStrictEqual(statusWrites(), ["100", "102"])
       }),
+  )
+
+  it.effect("a write the API server kept as it was (same resourceVersion) is not waited for", () =>
+    Effect.gen(function* () {
+      yield* TestClock.setTime(t("2026-11-29T12:00:00Z"))
+      // The server answers every patch with resourceVersion 100, the one it was sent from: nothing
+      // changed there (e.g. the field was pruned), so no event will ever bring a newer check.
+      const { pass, statusWrites } = ownWriteFixture(() => "100")
+
+      yield* pass
+      assert.deepStrictEqual(statusWrites(), ["100"])
+      const second = yield* pass
+      assert.notStrictEqual(second.requeueAfterMs, 1000)
+      assert.deepStrictEqual(statusWrites(), ["100", "100"])
+    }),
+  )
+
+  it.effect("a check whose cache never shows the reconciler's write waits a bounded number of passes", () =>
+    Effect.gen(function* () {
+      yield* TestClock.setTime(t("2026-11-29T12:00:00Z"))
+      const { pass, statusWrites } = ownWriteFixture(() => "101")
+
+      yield* pass
+      let waited = 0
+      while ((yield* pass).requeueAfterMs === 1000 && statusWrites().length === 1 && waited < 100) waited++
+      // The cache never moved (a lost event, a watch that stays broken): after the bounded wait the
+      // reconciler decides from what it has and writes again, as it did before waiting existed.
+      assert.deepStrictEqual(statusWrites(), ["100", "100"])
+      assert.isBelow(waited, 100)
+    }),
   )
 
   it.effect(
