@@ -138,10 +138,21 @@ export const runHub = Effect.fnUntraced(function* (
       placing: placing(),
     })
   }
-  // The elector's own client is never fenced (it renews the lease); leader work gets a fenced one.
-  // Every request names this hub process, so the API servers' audit logs tell replicas apart.
+  // Two clients for the hub's own API server, each with its own connection (ADR 0013). Every Lease
+  // request (leader election, sharding's replica and member Leases, the placement Lease) goes through
+  // `leaseClient`, never fenced: a renewal never waits for a stream behind the hub's own writes and
+  // watches, and one that timed out moves the next try to a new connection at once. Everything else
+  // goes through `workClient`; leader work gets it fenced. Every request names this hub process, so the
+  // API servers' audit logs tell replicas apart.
   const userAgent = `fleetcheck-hub/${identity}`
-  const electorClient = yield* makeKubeClient({
+  const leaseClient = yield* makeKubeClient({
+    cluster: "hub",
+    kubeConfig: options.hubKubeConfig,
+    userAgent,
+    http2: config.http2,
+    replaceSuspectConnection: true,
+  })
+  const workClient = yield* makeKubeClient({
     cluster: "hub",
     kubeConfig: options.hubKubeConfig,
     userAgent,
@@ -149,14 +160,14 @@ export const runHub = Effect.fnUntraced(function* (
   })
   let fence: LeaderFence = { mayWrite: Effect.succeed(true), lostLease: Effect.never }
   const hubClient = gateWrites(
-    electorClient,
+    workClient,
     Effect.suspend(() => fence.mayWrite),
   )
 
   // Secure serving reviews callers' tokens at the hub's own API server with the hub's own identity,
   // unfenced: a review writes nothing, and a standby must answer its callers too.
   const access: AccessReview | undefined = config.secureServing
-    ? yield* makeKubeAccessReview(electorClient)
+    ? yield* makeKubeAccessReview(workClient)
     : undefined
   const listen = (address: HubConfig["httpAddress"], serves: "all" | "dashboard") =>
     Effect.gen(function* () {
@@ -255,7 +266,7 @@ export const runHub = Effect.fnUntraced(function* (
     // Sharding (ADR 0011): no leader; every replica runs the registration, works the members whose
     // Lease it holds, and keeps read-only caches of the others for the views.
     const shards = yield* makeSharding({
-      client: electorClient,
+      client: leaseClient,
       namespace: config.namespace,
       identity,
       leaseDurationMs: config.leaseDurationMs,
@@ -265,7 +276,7 @@ export const runHub = Effect.fnUntraced(function* (
     })
     sharding = shards
     const placement = yield* makeLeaderElector({
-      client: electorClient,
+      client: leaseClient,
       namespace: config.namespace,
       name: placementLeaseName,
       identity,
@@ -306,7 +317,7 @@ export const runHub = Effect.fnUntraced(function* (
       })
       registration = yield* runRegistration({
         // Every write for a member goes through that member's fenced client; anything else is refused.
-        hubClient: gateWrites(electorClient, Effect.succeed(false)),
+        hubClient: gateWrites(workClient, Effect.succeed(false)),
         config,
         globalLimit,
         syncLimit,
@@ -316,7 +327,7 @@ export const runHub = Effect.fnUntraced(function* (
         userAgent,
         drainGraceMs: (member) => (shards.fenceFor(member).mayWriteNow() ? config.drainGraceMs : 0),
         fenceFor: shards.fenceFor,
-        hubClientFor: (member) => gateWrites(electorClient, shards.fenceFor(member).mayWrite),
+        hubClientFor: (member) => gateWrites(workClient, shards.fenceFor(member).mayWrite),
         ownerlessFor: (member) => () => shards.ownerless(member),
         accessProviders: options.accessProviders,
         onSynced: () => {
@@ -327,7 +338,7 @@ export const runHub = Effect.fnUntraced(function* (
       // through clients fenced by that Lease (placed checks are plain BackupChecks: each is reconciled
       // by its member's holder); every other replica shows the status the holder wrote.
       yield* runPlacementMirror({
-        client: electorClient,
+        client: workClient,
         namespace: config.namespace,
         resyncMs: config.resyncPeriodMs,
         refreshMs: config.retryPeriodMs,
@@ -345,7 +356,7 @@ export const runHub = Effect.fnUntraced(function* (
         yield* Effect.logInfo("holding the placement Lease: placing FleetBackupChecks")
         yield* runPlacement({
           ...placementOptions,
-          hubClient: gateWrites(electorClient, placement.mayWrite),
+          hubClient: gateWrites(workClient, placement.mayWrite),
           memberWriter: (access) => access.clientFencedBy(placement.mayWrite),
         })
         return yield* Effect.never
@@ -359,7 +370,7 @@ export const runHub = Effect.fnUntraced(function* (
   } else {
     // Validated before anything starts: bad timings are a startup error, not a hub that never leads.
     const elector = yield* makeLeaderElector({
-      client: electorClient,
+      client: leaseClient,
       namespace: config.namespace,
       name: hubLeaseName,
       identity,

@@ -237,8 +237,9 @@ export const makeLeaderElector = (
     const leasePath = pathOf(leases, { namespace: o.namespace })
     const itemPath = pathOf(leases, { namespace: o.namespace, name: o.name })
     const leaseDurationSeconds = Math.ceil(leaseDurationMs / 1000)
-    // One attempt may not use the whole renew window: a stuck connection then still leaves room for a
-    // retry on a fresh one.
+    // One request may not use the whole renew window: a stuck connection then still leaves room for a
+    // retry on a fresh one. The deadline is the request's own, so the client sees the timeout (and the
+    // hub's Lease client moves the retry to a new connection; ADR 0013), not an interruption.
     const attemptTimeoutMs = Math.max(retryPeriodMs, renewDeadlineMs / 2)
 
     let leader = false
@@ -257,18 +258,20 @@ export const makeLeaderElector = (
       observation = observeLease(observation, l.spec, yield* monoMs)
     })
 
-    const put = (l: Lease) =>
-      client.request<Lease>({ method: "PUT", path: itemPath, body: l, timeoutMs: renewDeadlineMs })
+    const put = (l: Lease, timeoutMs: number) =>
+      client.request<Lease>({ method: "PUT", path: itemPath, body: l, timeoutMs })
 
     // The clock readings for a write: wall time for the record, monotonic time for our deadline.
     const writeTimes = Effect.all({ wall: Effect.map(Clock.currentTimeMillis, microTime), mono: monoMs })
 
     // client-go's tryAcquireOrRenew: one GET (skipped by a leader holding a fresh copy), then at most
-    // one create or update.
-    const step = Effect.fnUntraced(function* (): Effect.fn.Return<StepOutcome, KubeError> {
+    // one create or update; each request within `timeoutMs`.
+    const step = Effect.fnUntraced(function* (timeoutMs: number): Effect.fn.Return<StepOutcome, KubeError> {
       if (leader && lease !== undefined && lease.spec?.holderIdentity === identity) {
         const t = yield* writeTimes
-        const fast = yield* Effect.result(put({ ...lease, spec: { ...lease.spec, renewTime: t.wall } }))
+        const fast = yield* Effect.result(
+          put({ ...lease, spec: { ...lease.spec, renewTime: t.wall } }, timeoutMs),
+        )
         if (fast._tag === "Success") {
           yield* remember(fast.success)
           return { _tag: "Leader", writeStartedMs: t.mono }
@@ -277,7 +280,7 @@ export const makeLeaderElector = (
         // Lease was deleted): re-read and decide on fresh state.
         if (!isConflict(fast.failure) && !isNotFound(fast.failure)) return yield* Effect.fail(fast.failure)
       }
-      const got = yield* Effect.result(client.request<Lease>({ method: "GET", path: itemPath }))
+      const got = yield* Effect.result(client.request<Lease>({ method: "GET", path: itemPath, timeoutMs }))
       if (got._tag === "Failure") {
         if (!isNotFound(got.failure)) return yield* Effect.fail(got.failure)
         const t = yield* writeTimes
@@ -297,6 +300,7 @@ export const makeLeaderElector = (
                 leaseTransitions: 0,
               },
             } satisfies Lease,
+            timeoutMs,
           }),
         )
         if (created._tag === "Success") {
@@ -316,18 +320,21 @@ export const makeLeaderElector = (
       const takeover = previousHolder !== identity
       const t = yield* writeTimes
       const updated = yield* Effect.result(
-        put({
-          ...current,
-          spec: {
-            ...spec,
-            holderIdentity: identity,
-            leaseDurationSeconds,
-            renewTime: t.wall,
-            ...(takeover
-              ? { acquireTime: t.wall, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }
-              : { acquireTime: spec.acquireTime ?? t.wall }),
+        put(
+          {
+            ...current,
+            spec: {
+              ...spec,
+              holderIdentity: identity,
+              leaseDurationSeconds,
+              renewTime: t.wall,
+              ...(takeover
+                ? { acquireTime: t.wall, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }
+                : { acquireTime: spec.acquireTime ?? t.wall }),
+            },
           },
-        }),
+          timeoutMs,
+        ),
       )
       if (updated._tag === "Failure") {
         // Someone wrote between our read and our write: they won this round.
@@ -338,8 +345,9 @@ export const makeLeaderElector = (
       return { _tag: "Leader", writeStartedMs: t.mono }
     })
 
+    // A step within `timeoutMs`, each of its requests within the attempt deadline as well.
     const timedStep = (timeoutMs: number) =>
-      step().pipe(
+      step(Math.max(1, Math.min(timeoutMs, attemptTimeoutMs))).pipe(
         Effect.timeout(Math.max(1, timeoutMs)),
         Effect.result,
         Effect.map((r) =>
@@ -401,7 +409,7 @@ export const makeLeaderElector = (
             if (remaining <= 0) {
               return `no successful renewal within ${renewDeadlineMs} ms${lastProblem ? ` (${lastProblem})` : ""}`
             }
-            const r = yield* timedStep(Math.min(remaining, attemptTimeoutMs))
+            const r = yield* timedStep(remaining)
             if (r._tag === "Success" && r.success._tag === "Leader") {
               lastRenew.ms = r.success.writeStartedMs
               lastRenewStartMs = r.success.writeStartedMs
@@ -417,8 +425,10 @@ export const makeLeaderElector = (
                 )
               lastProblem = r.message
             }
-            const left = deadline - (yield* monoMs)
-            if (left > 0) yield* Effect.sleep(Math.min(retryPeriodMs, left))
+            // Attempts start a retry period apart, as client-go's: one that timed out is retried at once.
+            const now = yield* monoMs
+            const left = deadline - now
+            if (left > 0) yield* Effect.sleep(Math.max(0, Math.min(retryPeriodMs - (now - startedMs), left)))
           }
         }
       })
@@ -426,20 +436,27 @@ export const makeLeaderElector = (
     // client-go's release on cancel: empty holder and a 1 s duration so a standby need not wait.
     const release = Effect.gen(function* () {
       const r = yield* Effect.gen(function* () {
-        const current = yield* client.request<Lease>({ method: "GET", path: itemPath })
+        const current = yield* client.request<Lease>({
+          method: "GET",
+          path: itemPath,
+          timeoutMs: renewDeadlineMs,
+        })
         if ((current.spec?.holderIdentity ?? "") !== identity) return false
         const now = microTime(yield* Clock.currentTimeMillis)
-        const released = yield* put({
-          ...current,
-          spec: {
-            ...current.spec,
-            holderIdentity: "",
-            leaseDurationSeconds: 1,
-            acquireTime: now,
-            renewTime: now,
-            leaseTransitions: current.spec?.leaseTransitions ?? 0,
+        const released = yield* put(
+          {
+            ...current,
+            spec: {
+              ...current.spec,
+              holderIdentity: "",
+              leaseDurationSeconds: 1,
+              acquireTime: now,
+              renewTime: now,
+              leaseTransitions: current.spec?.leaseTransitions ?? 0,
+            },
           },
-        })
+          renewDeadlineMs,
+        )
         yield* remember(released)
         return true
       }).pipe(Effect.timeout(renewDeadlineMs), Effect.result)

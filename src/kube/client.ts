@@ -154,6 +154,11 @@ export interface KubeClientOptions {
   readonly pingIdleMs?: number
   /** Close an HTTP/2 connection whose PING is unanswered this long; default 15 s (client-go's). */
   readonly pingTimeoutMs?: number
+  /**
+   * A request that timed out (or a watch gone silent) moves the next requests to a new HTTP/2
+   * connection at once instead of after the PING timeout (see TransportOptions); default false.
+   */
+  readonly replaceSuspectConnection?: boolean
 }
 
 export interface ResourceRef {
@@ -477,6 +482,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       pingIdleMs: options.pingIdleMs ?? 30_000,
       pingTimeoutMs: options.pingTimeoutMs ?? 15_000,
       connectTimeoutMs: requestTimeoutMs,
+      replaceSuspectConnection: options.replaceSuspectConnection ?? false,
     })
     transports.add(t)
     return t
@@ -883,9 +889,10 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       // Refused or failed while starting: nothing is left to wait for.
       if (done) return void started()
       timer = setTimeout(() => {
-        fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout"))
-        // One connection may carry every request of the member: is it still alive?
+        // One connection may carry every request of the member: is it still alive? Asked before the
+        // failure, which may resume a caller that sends its next request at once.
         resolved.generation.transport.suspect()
+        fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout"))
       }, timeoutMs)
       signal.addEventListener(
         "abort",
@@ -999,8 +1006,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     const arm = () => {
       clearTimeout(timer)
       timer = setTimeout(() => {
-        fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive"))
         resolved.generation.transport.suspect()
+        fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive"))
       }, inactivityMs)
     }
     const parseLine = (bytes: Buffer): boolean => {
@@ -1116,8 +1123,8 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       return stop
     }
     timer = setTimeout(() => {
-      fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout"))
       resolved.generation.transport.suspect()
+      fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout"))
     }, requestTimeoutMs)
     return stop
   }

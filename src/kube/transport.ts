@@ -37,6 +37,12 @@ export interface TransportOptions {
   readonly pingTimeoutMs: number
   /** How long opening an HTTP/2 connection (TCP and TLS) may take. */
   readonly connectTimeoutMs: number
+  /**
+   * On suspect(), also stop sending on the HTTP/2 connection at once: new requests open a new one (the
+   * suspect one is PINGed as usual and closes once its streams end). For a client whose few requests
+   * cannot wait out a PING timeout (the hub's Leases); others would open a connection per slow answer.
+   */
+  readonly replaceSuspectConnection: boolean
 }
 
 export interface OutgoingRequest {
@@ -455,6 +461,7 @@ export const makeTransport = (options: TransportOptions): Transport => {
     },
     suspect: () => {
       for (const s of sessions) ping(s)
+      if (options.replaceSuspectConnection && current !== undefined) retire(current)
     },
     destroy: () => {
       destroyed = true

@@ -8,7 +8,7 @@ import * as http2 from "node:http2"
 import type { AddressInfo } from "node:net"
 import { Effect, Fiber, Stream } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { KubeTransportError } from "../../src/kube/client.ts"
+import { type KubeClient, KubeTransportError } from "../../src/kube/client.ts"
 import { failureOf, line, withClient } from "../support/scripted-server.ts"
 
 const fixture = (name: string) =>
@@ -70,6 +70,8 @@ describe("kube client over HTTP/2", () => {
         return
       }
       if (path === "/reset") return void req.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR)
+      // Never answered, though the connection is fine (node answers its PINGs).
+      if (path === "/hang") return
       setTimeout(() => res.end(JSON.stringify({ path })), 10)
     })
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r))
@@ -132,6 +134,24 @@ describe("kube client over HTTP/2", () => {
       })
     })
     expect(sessions - before).toBe(1)
+  })
+
+  it("after a request timed out, sends the next on the same connection; with replaceSuspectConnection on a new one", async () => {
+    const timedOutThenNext = (client: KubeClient) =>
+      Effect.runPromise(
+        Effect.gen(function* () {
+          const hung = yield* Effect.flip(client.request({ method: "GET", path: "/hang", timeoutMs: 100 }))
+          expect(hung).toMatchObject({ _tag: "KubeTransportError", code: "Timeout" })
+          expect(yield* client.request({ method: "GET", path: "/next" })).toEqual({ path: "/next" })
+        }),
+      )
+    let before = sessions
+    await withClient(kubeconfig("tok"), {}, timedOutThenNext)
+    // The suspect connection answered its PING: it stays in use.
+    expect(sessions - before).toBe(1)
+    before = sessions
+    await withClient(kubeconfig("tok"), { replaceSuspectConnection: true }, timedOutThenNext)
+    expect(sessions - before).toBe(2)
   })
 
   it("refuses a header value node would refuse, and a closed fence, before sending anything", async () => {
