@@ -1,6 +1,11 @@
 // The hub's wiring against real clusters: the configured settings reach every member (worker count on
-// /metrics), and a lost lease stops member work at once instead of after the drain grace (a reconcile
-// whose API call the member holds must not keep the old leader working).
+// /metrics), a lost lease stops member work at once instead of after the drain grace (a reconcile
+// whose API call the member holds must not keep the old leader working), and the Lease is renewed on a
+// connection of its own while more of the hub's requests hang on its API server than one connection
+// has streams.
+import { readFileSync } from "node:fs"
+import * as http2 from "node:http2"
+import { createServer as createHttpsServer } from "node:https"
 import { type AddressInfo, createServer, type Socket } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -17,6 +22,7 @@ import { defaultHubConfig } from "../../src/hub/config.ts"
 import { leases, pathOf } from "../../src/kube/resources.ts"
 import { backupCheck } from "../support/backupcheck.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { scripted } from "../support/scripted-server.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const ns = "apps"
@@ -365,4 +371,212 @@ describe("hub wiring", () => {
       silent.close()
     }
   }, 120_000)
+
+  it("renews its Lease while more MemberCluster writes hang on the hub API server than one connection has streams", async () => {
+    // The hub API server's stream limit per HTTP/2 connection, as it announces it to any client.
+    const streamLimit = await new Promise<number>((resolve, reject) => {
+      const session = http2.connect(hubCluster.server, { ca: hubCluster.caPem })
+      session.once("remoteSettings", (settings) => {
+        resolve(settings.maxConcurrentStreams ?? 100)
+        session.close()
+      })
+      session.once("error", reject)
+    })
+    // More members than that, in a hub namespace of their own, all at one stand-in API server answering
+    // 403 with a message that changes on cue: then every member's MemberCluster status changes at once.
+    const count = streamLimit + 10
+    const namespace = "lease-conn"
+    const heldLabel = "lease-conn.fleetcheck.test/held"
+    let phase = 1
+    const members = await scripted(
+      (_req, res) => {
+        res.writeHead(403, { "content-type": "application/json" })
+        res.end(
+          JSON.stringify({
+            kind: "Status",
+            apiVersion: "v1",
+            status: "Failure",
+            reason: "Forbidden",
+            code: 403,
+            message: `stand-in API server, phase ${phase}`,
+          }),
+        )
+      },
+      { tls: true },
+    )
+    // A validating webhook that holds every status write of those MemberClusters until released.
+    const fixture = (f: string) =>
+      readFileSync(new URL(`../support/fixtures/scripted-tls/${f}`, import.meta.url))
+    const held: Array<() => void> = []
+    let released = false
+    const webhook = createHttpsServer(
+      { cert: fixture("server.crt"), key: fixture("server.key") },
+      (req, res) => {
+        let body = ""
+        req.on("data", (chunk: Buffer) => {
+          body += chunk.toString("utf8")
+        })
+        req.on("end", () => {
+          const uid = (JSON.parse(body) as { request: { uid: string } }).request.uid
+          const allow = () =>
+            res.end(
+              JSON.stringify({
+                apiVersion: "admission.k8s.io/v1",
+                kind: "AdmissionReview",
+                response: { uid, allowed: true },
+              }),
+            )
+          if (released) allow()
+          else held.push(allow)
+        })
+      },
+    )
+    // The reviews the API server is waiting for now (it gives up on one after the webhook's timeout).
+    const pending = new Set<object>()
+    webhook.on("request", (req, res) => {
+      pending.add(req)
+      res.once("close", () => pending.delete(req))
+    })
+    await new Promise<void>((r) => webhook.listen(0, "127.0.0.1", r))
+    const webhookName = "hold-member-status.lease-conn.fleetcheck.test"
+    const webhooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    const secrets = `/api/v1/namespaces/${namespace}/secrets`
+    const names = Array.from({ length: count }, (_, i) => `lease-conn-${String(i).padStart(3, "0")}`)
+    let hub: RunningHub | undefined
+    try {
+      expect(
+        (await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: namespace } })).status,
+      ).toBe(201)
+      for (const name of names)
+        expect(
+          (
+            await hubCluster.api("POST", secrets, {
+              apiVersion: "v1",
+              kind: "Secret",
+              metadata: {
+                name,
+                namespace,
+                labels: { "fleetcheck.io/kubeconfig": "true", [heldLabel]: "true" },
+                // One namespace each: the same server twice would be a duplicate registration.
+                annotations: { "fleetcheck.io/namespaces": name },
+              },
+              data: { kubeconfig: Buffer.from(members.kubeconfig).toString("base64") },
+            })
+          ).status,
+        ).toBe(201)
+      const leaseTimings = { leaseDurationMs: 4_000, renewDeadlineMs: 3_000, retryPeriodMs: 500 }
+      hub = await startHub(hubCluster, {
+        namespace,
+        leaderElect: true,
+        ...leaseTimings,
+        maxConcurrentSyncs: count,
+      })
+      hubs.push(hub)
+      const statuses = async () =>
+        (
+          await hubCluster.api(
+            "GET",
+            `/apis/fleetcheck.io/v1alpha1/memberclusters?labelSelector=${heldLabel}`,
+          )
+        ).body.items as Array<{ status?: unknown }>
+      await waitUntil("every member's status written with phase 1", 60_000, async () => {
+        const items = await statuses()
+        return (
+          items.length === count && items.every((m) => JSON.stringify(m.status ?? {}).includes("phase 1"))
+        )
+      })
+      expect(
+        (
+          await hubCluster.api("POST", webhooks, {
+            apiVersion: "admissionregistration.k8s.io/v1",
+            kind: "ValidatingWebhookConfiguration",
+            metadata: { name: webhookName },
+            webhooks: [
+              {
+                name: webhookName,
+                clientConfig: {
+                  url: `https://127.0.0.1:${(webhook.address() as AddressInfo).port}/hold`,
+                  caBundle: fixture("server.crt").toString("base64"),
+                },
+                rules: [
+                  {
+                    apiGroups: ["fleetcheck.io"],
+                    apiVersions: ["v1alpha1"],
+                    operations: ["UPDATE"],
+                    resources: ["memberclusters/status"],
+                  },
+                ],
+                objectSelector: { matchLabels: { [heldLabel]: "true" } },
+                failurePolicy: "Ignore",
+                sideEffects: "None",
+                admissionReviewVersions: ["v1"],
+                timeoutSeconds: 30,
+              },
+            ],
+          })
+        ).status,
+      ).toBe(201)
+      // Every member's status changes: once the API server has picked the webhook up (within a moment;
+      // the phase moves on until it has), each member's next write is held.
+      let nextPhaseAt = 0
+      await waitUntil(
+        `${streamLimit - 10}+ status writes held`,
+        40_000,
+        () => {
+          if (Date.now() >= nextPhaseAt) {
+            phase++
+            nextPhaseAt = Date.now() + 3_000
+          }
+          return pending.size >= streamLimit - 10
+        },
+        50,
+      )
+      // The observer: the Lease as the hub API server has it, read every 100 ms for three renew deadlines.
+      const leasePath = pathOf(leases, { namespace, name: hubLeaseName })
+      const renewals: number[] = []
+      const holders = new Set<string>()
+      let mostHeld = 0
+      const until = Date.now() + 3 * leaseTimings.renewDeadlineMs
+      while (Date.now() < until) {
+        const spec = (await hubCluster.api("GET", leasePath)).body.spec
+        holders.add(spec.holderIdentity)
+        const renewed = Date.parse(spec.renewTime)
+        if (renewed !== renewals.at(-1)) renewals.push(renewed)
+        mostHeld = Math.max(mostHeld, pending.size)
+        await sleep(100)
+      }
+      const gaps = renewals.slice(1).map((t, i) => t - renewals[i]!)
+      gaps.push(Date.now() - renewals.at(-1)!)
+      process.stderr.write(
+        `[lease-conn] ${count} members, stream limit ${streamLimit}, up to ${mostHeld} status writes held at once: ${renewals.length} renewals in ${3 * leaseTimings.renewDeadlineMs} ms, longest gap ${Math.max(...gaps)} ms\n`,
+      )
+      expect(pending.size, "the writes still held at the end").toBeGreaterThanOrEqual(streamLimit - 10)
+      expect([...holders]).toEqual([hub.identity])
+      expect(Math.max(...gaps)).toBeLessThan(leaseTimings.renewDeadlineMs)
+    } finally {
+      released = true
+      for (const allow of held.splice(0)) allow()
+      await hubCluster.api("DELETE", `${webhooks}/${webhookName}`)
+      if (hub) {
+        await hub.stop()
+        hubs.pop()
+      }
+      for (const name of names) {
+        await hubCluster.api("DELETE", `${secrets}/${name}`)
+        await apiRequest(
+          hubCluster.server,
+          hubCluster.caPem,
+          hubCluster.adminToken,
+          "PATCH",
+          `${secrets}/${name}`,
+          { metadata: { finalizers: null } },
+          "application/merge-patch+json",
+        )
+      }
+      await hubCluster.api("DELETE", `/apis/fleetcheck.io/v1alpha1/memberclusters?labelSelector=${heldLabel}`)
+      webhook.closeAllConnections()
+      await new Promise<void>((r) => webhook.close(() => r()))
+      await members.stop()
+    }
+  }, 180_000)
 })
