@@ -18,7 +18,8 @@
 // AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
-// once converged), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
+// once converged), SNAPSHOT_AFTER_WAVE=<file> (one after the wave's last measurement; read it with
+// heap-summary.ts), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
 // malloc), HUB_NICE=<n> (the hub's scheduling priority, e.g.
 // -10, so the apiservers, etcd and this script sharing the cores do not queue it), HUB_LOG=<file> (the hub
 // process's stdout and stderr, its logs, appended there instead of dropped), EVENT_RT=<1..99> (the
@@ -80,8 +81,14 @@ const hubEnv = (hub: LocalCluster) => ({
 })
 const memberPorts = new Set<number>()
 let hubPort = 0
+/** Per V8 space (the larger ones): in use / committed after GC. */
+const spacesLine = (m: any) =>
+  ((m.spaces ?? []) as Array<{ name: string; used: number; size: number }>)
+    .filter((s) => s.size >= 1024 * 1024)
+    .map((s) => `${s.name.replace(/_space$/, "")} ${mib(s.used)} / ${mib(s.size)}`)
+    .join(", ")
 const memoryLine = (m: any) =>
-  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}); ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections (${connectionsTo(m)})`
+  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}, of which V8 heap pages ${mib(m.v8Physical)}); V8 spaces used / committed: ${spacesLine(m)}; V8 malloced ${mib(m.v8Malloced)}; ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections (${connectionsTo(m)})`
 const pct = (sorted: ReadonlyArray<number>, p: number) =>
   sorted.length === 0
     ? Number.NaN
@@ -848,6 +855,9 @@ try {
     )
     await sleep(afterWaveSeconds * 1000)
     print(`${afterWaveSeconds} s after the wave: ${memoryLine(await ask<any>(proc, { cmd: "measure" }))}`)
+    // Last, since writing it costs the hub time and memory: what the heap holds after the wave.
+    if (process.env.SNAPSHOT_AFTER_WAVE)
+      await ask(proc, { cmd: "snapshot", path: process.env.SNAPSHOT_AFTER_WAVE })
     void serverOf
   }
   // Knobs: the same fleet under hubs with other settings, one after the other (KNOBS="flags;flags").

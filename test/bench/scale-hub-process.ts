@@ -2,7 +2,8 @@
 // after the script name (defaults otherwise, leader election off), the hub cluster's kubeconfig from
 // KUBECONFIG. It answers IPC requests with what only the process itself can see:
 //   measure        heap used, heap total, external, array buffers and RSS (its brk heap and anonymous
-//                  mappings apart) after forced garbage collections; socket fds, established TCP connections
+//                  mappings apart) after forced garbage collections; V8's resident heap pages and each
+//                  space's used / committed bytes; socket fds, established TCP connections
 //   sockets        the socket fds and established TCP connections only (no GC): sampled during the wave
 //   cpu            process.cpuUsage() (user + system µs) and a monotonic timestamp
 //   latency-start  start recording every workqueue wait (add → a worker takes the key) and event-loop delay
@@ -13,7 +14,7 @@
 import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
 import { monitorEventLoopDelay, performance } from "node:perf_hooks"
-import { writeHeapSnapshot } from "node:v8"
+import { getHeapSpaceStatistics, getHeapStatistics, writeHeapSnapshot } from "node:v8"
 import { hubFlagNames, resolveHubConfig } from "../../src/hub/config.ts"
 import { launchHub } from "../../src/hub/launch.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
@@ -124,7 +125,18 @@ process.on("message", async (msg: any) => {
         await sleep(100)
       }
       const m = process.memoryUsage()
+      const v8 = getHeapStatistics()
       process.send?.({
+        // The V8 heap's pages that are resident (part of the other anonymous mappings), and per space
+        // what is in use against what V8 keeps committed: the difference is free space V8 holds.
+        v8Physical: v8.total_physical_size,
+        v8Malloced: v8.malloced_memory,
+        spaces: getHeapSpaceStatistics().map((s) => ({
+          name: s.space_name,
+          used: s.space_used_size,
+          size: s.space_size,
+          physical: s.physical_space_size,
+        })),
         heap: m.heapUsed,
         heapTotal: m.heapTotal,
         rss: m.rss,
