@@ -2,7 +2,7 @@
 // label), one workqueue and the BackupCheck controller's workers, built from the generic machinery in
 // src/engine, all inside the caller's Scope so that closing the
 // scope (disengage, rebuild, lost leadership) stops every fiber and socket of this member at once.
-import type { KubeConfig, V1Job, V1Namespace } from "@kubernetes/client-node"
+import type { KubeConfig, V1Namespace } from "@kubernetes/client-node"
 import { Effect, type Scope } from "effect"
 import type { BackupCheck, LastRun } from "../api/backupcheck.ts"
 import { labelBackupCheck, labelSandbox } from "../api/names.ts"
@@ -31,6 +31,7 @@ import {
   sandboxKeyIndex,
   sandboxUidIndex,
 } from "../reconcile/backupcheck-reconciler.ts"
+import { type CachedJob, cachedJob } from "../reconcile/cached-job.ts"
 import { sandboxCheckKey, sandboxCheckUid } from "../reconcile/sandbox.ts"
 import type { MemberFence } from "./sharding/shards.ts"
 
@@ -101,7 +102,7 @@ export interface MemberEngine {
   readonly setCredential: (kubeConfig: KubeConfig) => Effect.Effect<void, KubeTransportError>
   readonly credentialState: () => CredentialState
   readonly checks: InformerSet<BackupCheck>
-  readonly jobs: InformerSet<V1Job>
+  readonly jobs: InformerSet<CachedJob>
   /** Sandbox namespaces (fleetcheck.io/sandbox=true); none for a member scoped to namespaces. */
   readonly namespaces: InformerSet<V1Namespace> | undefined
   readonly queue: WorkQueue
@@ -126,7 +127,7 @@ const checkKey = (obj: { metadata?: { namespace?: string; name?: string } }) =>
  * The BackupCheck that controls this Job, as a queue key (Owns(Job) in controller-runtime terms); a
  * Job in a sandbox has no owner there and names its check in an annotation.
  */
-const ownerKey = (job: V1Job): string | undefined => {
+const ownerKey = (job: CachedJob): string | undefined => {
   const owner = job.metadata?.ownerReferences?.find((r) => r.controller && r.kind === "BackupCheck")
   return owner ? `${job.metadata?.namespace ?? ""}/${owner.name}` : sandboxCheckKey(job)
 }
@@ -173,17 +174,19 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     resource: backupChecks,
     resyncMs: options.resyncMs,
   })
-  const jobs = yield* makeInformerSet<V1Job>({
+  const jobs = yield* makeInformerSet<CachedJob>({
     client,
     namespaces: options.namespaces,
     name: "jobs",
     onFailure: options.onWatchFailure,
     resource: jobResource,
     labelSelector: labelBackupCheck,
+    // Only what the reconciler reads: a wave leaves one Job per check here (ADR 0010).
+    transform: cachedJob,
     indexers: {
-      [ownerUidIndex]: (job: V1Job) =>
+      [ownerUidIndex]: (job: CachedJob) =>
         (job.metadata?.ownerReferences ?? []).filter((r) => r.controller).map((r) => r.uid),
-      [sandboxUidIndex]: (job: V1Job) => {
+      [sandboxUidIndex]: (job: CachedJob) => {
         const uid = sandboxCheckUid(job)
         return uid === undefined ? [] : [uid]
       },

@@ -65,6 +65,7 @@ import {
   resourceQuotas,
 } from "../kube/resources.ts"
 import { linkToTraceparent, recordSpan, spanContextFromTraceparent } from "../observability/tracing.ts"
+import { backupNameEnv, type CachedJob } from "./cached-job.ts"
 import { boundHistory, withRun } from "./history.ts"
 import { boundMessage, jobOutcome } from "./job-outcome.ts"
 import { mergePatchOf } from "./merge-patch.ts"
@@ -96,7 +97,7 @@ export interface BackupCheckReconcilerOptions {
   readonly cluster: string
   readonly client: KubeClient
   readonly checks: StoreView<BackupCheck>
-  readonly jobs: StoreView<V1Job>
+  readonly jobs: StoreView<CachedJob>
   /**
    * Sandbox namespaces (labelled fleetcheck.io/sandbox=true), indexed by sandboxUidIndex and
    * sandboxKeyIndex; undefined for a member scoped to namespaces, which cannot have sandboxes.
@@ -174,10 +175,10 @@ const hasSandbox = (run: LastRun) => run.sandbox !== undefined
 
 const findVerified = (status: BackupCheckStatus) => findCondition(status.conditions, conditionTypes.Verified)
 
-const controlledBy = (job: V1Job, uid: string) =>
+const controlledBy = (job: CachedJob, uid: string) =>
   (job.metadata?.ownerReferences ?? []).some((r) => r.controller === true && r.uid === uid)
 
-const ownerOf = (job: V1Job) => {
+const ownerOf = (job: CachedJob) => {
   const owner = job.metadata?.ownerReferences?.find((r) => r.controller === true)
   return owner
     ? `controlled by ${owner.kind} ${owner.name} (uid ${owner.uid})`
@@ -194,10 +195,8 @@ const restoreOutputs = (run: LastRun, restore: Verdict): V1EnvVar[] => [
 ]
 
 /** The backup a Job restores, from the contract env the hub gave its first container. */
-const backupNameOf = (job: V1Job): string | undefined => {
-  const value = job.spec?.template?.spec?.containers?.[0]?.env?.find(
-    (e) => e.name === "FLEETCHECK_BACKUP_NAME",
-  )?.value
+const backupNameOf = (job: CachedJob): string | undefined => {
+  const value = job.spec?.template?.spec?.containers?.[0]?.env?.find((e) => e.name === backupNameEnv)?.value
   return value !== undefined && value.length > 0 && value.length <= 253 ? value : undefined
 }
 
@@ -352,7 +351,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   })
 
   /** Deletes a Job only if it is still the object the cache showed (preconditions); NotFound is done. */
-  const deleteJob = (job: V1Job, preconditions: { uid?: string | undefined; resourceVersion?: string }) =>
+  const deleteJob = (job: CachedJob, preconditions: { uid?: string | undefined; resourceVersion?: string }) =>
     ignoreNotFound(
       client.request({
         method: "DELETE",
@@ -408,7 +407,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   })
 
   /** A Job's own Pods, by the uid label the Job controller sets: an older Job of the same name has other Pods. */
-  const listPods = (job: V1Job) =>
+  const listPods = (job: CachedJob) =>
     client
       .request<{ items: V1Pod[] }>({
         method: "GET",
@@ -431,7 +430,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
   const liveJob = (ns: string, name: string) => liveNamed<V1Job>(jobs, name, ns)
 
   /** The verdict of a finished Job, from its conditions and its Pods' termination state. */
-  const readVerdict = (job: V1Job, run: LastRun, backupName: string, phase: Phase["name"] = "restore") =>
+  const readVerdict = (job: CachedJob, run: LastRun, backupName: string, phase: Phase["name"] = "restore") =>
     Effect.map(listPods(job), (jobPods): Verdict => {
       const startedAt = phase === "validation" ? toKubeTime(createdAt(job)) : run.startTime
       const outcome = jobOutcome(job, jobPods, { backupName, startedAt, phase })
@@ -619,10 +618,10 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
 
       const checkRef = { name: check.metadata.name, namespace: ns, uid }
       /** A Job in its run's sandbox, labelled with this check's uid: ours without an ownerReference. */
-      const inItsSandbox = (job: V1Job) =>
+      const inItsSandbox = (job: CachedJob) =>
         sandboxCheckUid(job) === uid &&
         job.metadata?.namespace === sandboxNamespaceFor(checkRef, runIDOf(job) ?? "")
-      const ours = (job: V1Job) => controlledBy(job, uid) || inItsSandbox(job)
+      const ours = (job: CachedJob) => controlledBy(job, uid) || inItsSandbox(job)
       const inSandboxes = options.jobs.byIndex(sandboxUidIndex, uid)
       // byIndex returns a fresh array: without sandbox Jobs (most checks) it is the list as it is
       const owned =
@@ -687,7 +686,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         }
         decided.push({ run, verdict, finished })
       }
-      const runningRecord = (job: V1Job, runID: string): LastRun => {
+      const runningRecord = (job: CachedJob, runID: string): LastRun => {
         const startTime = job.metadata?.creationTimestamp ? toKubeTime(createdAt(job)) : toKubeTime(now)
         const backupName = backupNameOf(job)
         return {
@@ -886,7 +885,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           owned.filter((j) => j.metadata?.namespace === ns),
           spec,
         )
-      const prune = (doomed: ReadonlyArray<V1Job>) =>
+      const prune = (doomed: ReadonlyArray<CachedJob>) =>
         Effect.forEach(
           doomed,
           (job) =>
@@ -1160,7 +1159,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        * the validation Job, keeps the run Running while it runs, and records both phases when it ends.
        * "waitForCache" when the validation Job exists in the API but not yet in the cache.
        */
-      function settle(run: LastRun, restoreJob: V1Job) {
+      function settle(run: LastRun, restoreJob: CachedJob) {
         return Effect.gen(function* () {
           const backupName = run.backupName ?? spec.backup.name
           const recordedRestore = run.phases?.find((p) => p.name === "restore")
@@ -1378,7 +1377,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       }
 
       /** The run's Job name is taken by a Job this check does not control: say so, and back off. */
-      function nameConflict(job: V1Job) {
+      function nameConflict(job: CachedJob) {
         return Effect.gen(function* () {
           const name = job.metadata?.name ?? ""
           const message = boundMessage(

@@ -1,7 +1,8 @@
 // Reads what a finished restore Job says: success or failure, a stable reason, and a bounded message
 // taken from the restore container's termination message. Pure, so every mapping is unit-tested.
-import type { V1Job, V1Pod } from "@kubernetes/client-node"
+import type { V1Pod } from "@kubernetes/client-node"
 import { parseTerminationMessage } from "../api/termination-message.ts"
+import type { CachedJob } from "./cached-job.ts"
 
 /** Exit code a restore tool uses to say "restored, but the checksum did not match" (README, ADR 0004). */
 export const checksumMismatchExitCode = 3
@@ -33,7 +34,7 @@ export const boundMessage = (message: string, maxBytes = maxMessageBytes): strin
   return `${cut}...`
 }
 
-const jobCondition = (job: V1Job, type: string) =>
+const jobCondition = (job: CachedJob, type: string) =>
   job.status?.conditions?.find((c) => c.type === type && c.status === "True")
 
 /** The most recent terminated container state among the Job's pods (the restore container's verdict). */
@@ -91,13 +92,13 @@ const validationReasons: Readonly<Record<string, string>> = {
   RestoreTimedOut: "ValidationTimedOut",
 }
 
-export const jobOutcome = (job: V1Job, pods: ReadonlyArray<V1Pod>, ctx: OutcomeContext): JobOutcome => {
+export const jobOutcome = (job: CachedJob, pods: ReadonlyArray<V1Pod>, ctx: OutcomeContext): JobOutcome => {
   const outcome = restoreOutcome(job, pods, ctx)
   if (ctx.phase !== "validation" || outcome.phase === "Running") return outcome
   return { ...outcome, reason: validationReasons[outcome.reason] ?? "ValidationFailed" }
 }
 
-const restoreOutcome = (job: V1Job, pods: ReadonlyArray<V1Pod>, ctx: OutcomeContext): JobOutcome => {
+const restoreOutcome = (job: CachedJob, pods: ReadonlyArray<V1Pod>, ctx: OutcomeContext): JobOutcome => {
   const noun = ctx.phase === "validation" ? "validation" : "restore"
   const complete = jobCondition(job, "Complete") ?? jobCondition(job, "SuccessCriteriaMet")
   const failed = jobCondition(job, "Failed") ?? jobCondition(job, "FailureTarget")

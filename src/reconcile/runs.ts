@@ -5,17 +5,17 @@
 // status.lastRun is the record. A Job is recorded when it is lastRun's Job and lastRun holds its
 // result, or when it belongs to an older run than lastRun (created no later than lastRun started):
 // the hub records runs in creation order, so an older run was decided before lastRun began.
-import type { V1Job } from "@kubernetes/client-node"
 import type { LastRun } from "../api/backupcheck.ts"
 import { labelPhase, labelRun } from "../api/names.ts"
+import type { CachedJob } from "./cached-job.ts"
 
 export type JobPhase = "Active" | "Succeeded" | "Failed"
 
-const hasCondition = (job: V1Job, type: string) =>
+const hasCondition = (job: CachedJob, type: string) =>
   job.status?.conditions?.some((c) => c.type === type && c.status === "True") ?? false
 
 /** Succeeded or Failed once the Job controller says so (the same conditions jobOutcome reads). */
-export const jobPhase = (job: V1Job): JobPhase =>
+export const jobPhase = (job: CachedJob): JobPhase =>
   hasCondition(job, "Complete") || hasCondition(job, "SuccessCriteriaMet")
     ? "Succeeded"
     : hasCondition(job, "Failed") || hasCondition(job, "FailureTarget")
@@ -23,23 +23,24 @@ export const jobPhase = (job: V1Job): JobPhase =>
       : "Active"
 
 /** The run a Job belongs to (its fleetcheck.io/run label; run ids are short, so never hashed). */
-export const runIDOf = (job: V1Job): string | undefined => job.metadata?.labels?.[labelRun]
+export const runIDOf = (job: CachedJob): string | undefined => job.metadata?.labels?.[labelRun]
 
 /** A run's validation Job (labelled fleetcheck.io/phase=validation); every other owned Job is a restore Job. */
-export const isValidationJob = (job: V1Job): boolean => job.metadata?.labels?.[labelPhase] === "validation"
+export const isValidationJob = (job: CachedJob): boolean =>
+  job.metadata?.labels?.[labelPhase] === "validation"
 
 /** creationTimestamp in ms (1 s resolution; 0 when absent). */
-export const createdAt = (job: V1Job): number =>
+export const createdAt = (job: CachedJob): number =>
   Date.parse(String(job.metadata?.creationTimestamp ?? "")) || 0
 
-const revision = (job: V1Job) => Number(job.metadata?.resourceVersion ?? 0) || 0
+const revision = (job: CachedJob) => Number(job.metadata?.resourceVersion ?? 0) || 0
 
 /** Oldest first: creation time, then resourceVersion (etcd's revision) for ties within a second. */
-export const oldestFirst = (a: V1Job, b: V1Job): number =>
+export const oldestFirst = (a: CachedJob, b: CachedJob): number =>
   createdAt(a) - createdAt(b) || revision(a) - revision(b)
 
 /** Whether the status (lastRun) holds this Job's result, or the Job belongs to a run older than lastRun. */
-export const isRecorded = (lastRun: LastRun | undefined, job: V1Job): boolean => {
+export const isRecorded = (lastRun: LastRun | undefined, job: CachedJob): boolean => {
   if (lastRun === undefined) return false
   if (runIDOf(job) === lastRun.runID) return lastRun.result !== "Running"
   return createdAt(job) <= Date.parse(lastRun.startTime)
@@ -49,7 +50,7 @@ export const isRecorded = (lastRun: LastRun | undefined, job: V1Job): boolean =>
  * The Jobs of runs newer than lastRun, oldest first: created by a hub whose status write was lost, or
  * by another hub whose write this cache has not seen yet. lastRun's own Job is not among them.
  */
-export const newerRuns = (lastRun: LastRun | undefined, jobs: ReadonlyArray<V1Job>): V1Job[] =>
+export const newerRuns = (lastRun: LastRun | undefined, jobs: ReadonlyArray<CachedJob>): CachedJob[] =>
   jobs
     .filter(
       (job) =>
@@ -76,9 +77,9 @@ export interface HistoryLimits {
  */
 export const jobsToPrune = (
   recordedLastRun: LastRun | undefined,
-  jobs: ReadonlyArray<V1Job>,
+  jobs: ReadonlyArray<CachedJob>,
   limits: HistoryLimits,
-): V1Job[] => {
+): CachedJob[] => {
   // Most checks keep their last run's Job and no more: no more restore Jobs than the smaller limit
   // and no validation Job leave nothing to prune (this runs on every converged reconcile).
   if (
@@ -87,13 +88,13 @@ export const jobsToPrune = (
   ) {
     return []
   }
-  const current = (job: V1Job) =>
+  const current = (job: CachedJob) =>
     recordedLastRun !== undefined && runIDOf(job) === recordedLastRun.runID ? 1 : 0
   const restores = jobs.filter((job) => !isValidationJob(job))
   const newestFirst = [...restores].sort((a, b) => current(b) - current(a) || oldestFirst(b, a))
   const keep = { Succeeded: limits.successfulRunsHistoryLimit, Failed: limits.failedRunsHistoryLimit }
   const seen = { Succeeded: 0, Failed: 0 }
-  const prune: V1Job[] = []
+  const prune: CachedJob[] = []
   for (const job of newestFirst) {
     const phase = jobPhase(job)
     if (phase === "Active" || job.metadata?.deletionTimestamp || !isRecorded(recordedLastRun, job)) continue

@@ -13,6 +13,7 @@ import {
   makeBackupCheckReconciler,
   RestoreJobCreateError,
 } from "../../src/reconcile/backupcheck-reconciler.ts"
+import { type CachedJob, cachedJob } from "../../src/reconcile/cached-job.ts"
 import { jobNameFor, specHashFor, traceparentFor } from "../../src/reconcile/run-identity.ts"
 
 const uid = "0b3c-uid"
@@ -79,7 +80,7 @@ const storeOf = <T extends { metadata?: { namespace?: string; name?: string } | 
     size: items.length,
   }
 }
-const ownerIndex = (job: V1Job) =>
+const ownerIndex = (job: CachedJob) =>
   (job.metadata?.ownerReferences ?? []).filter((r) => r.controller).map((r) => r.uid)
 
 /** A scripted API: answers every request with `answer(req)` and keeps what was sent. */
@@ -111,7 +112,8 @@ const reconcilerFor = (
     cluster: "member",
     client: api.client,
     checks: storeOf([check]),
-    jobs: storeOf(jobs, ownerIndex),
+    // The cache holds what the member engine's Job informer keeps of each Job.
+    jobs: storeOf(jobs.map(cachedJob), ownerIndex),
     namespaces: storeOf([]),
     sandboxCleanupTimeoutMs: 600_000,
     sandboxOrphanGraceMs: 60_000,

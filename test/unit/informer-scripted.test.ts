@@ -284,4 +284,39 @@ describe("informer against a scripted server", () => {
       await srv.stop()
     }
   })
+
+  it("stores and hands out what the transform keeps: listed objects, watched ones and deleted ones", async () => {
+    const withData = (name: string, rv: string) => ({ ...cm(name, rv), data: { big: "x".repeat(1000) } })
+    const srv = await scripted((_req, res, url) => {
+      res.writeHead(200)
+      if (url.searchParams.get("watch") !== "true")
+        return res.end(JSON.stringify({ metadata: { resourceVersion: "5" }, items: [withData("a", "4")] }))
+      res.write(line("ADDED", withData("b", "6")))
+      res.write(line("MODIFIED", withData("a", "7")))
+      res.write(line("DELETED", withData("b", "8")))
+    })
+    // Keeps the metadata only (a metadata-only cache).
+    const transform = (o: ConfigMap): ConfigMap => ({ metadata: o.metadata })
+    const h = await startInformer<ConfigMap>(srv.kubeconfig, { transform })
+    try {
+      const handed: Array<ConfigMap> = []
+      h.informer.addHandler({
+        onAdd: (o) => handed.push(o),
+        onUpdate: (_, o) => handed.push(o),
+        onDelete: (o) => handed.push(o),
+      })
+      await waitUntil("b deleted", 10_000, () => handed.length === 4, pollMs)
+      expect(handed.map((o) => `${o.metadata.name}@${o.metadata.resourceVersion}`)).toEqual([
+        "a@4",
+        "b@6",
+        "a@7",
+        "b@8",
+      ])
+      for (const o of [...handed, ...h.informer.store.list()]) expect(o).not.toHaveProperty("data")
+      expect(h.informer.store.keys()).toEqual(["ns/a"])
+    } finally {
+      await h.close()
+      await srv.stop()
+    }
+  })
 })

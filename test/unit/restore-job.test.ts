@@ -193,7 +193,8 @@ describe("renderRestoreJob for a validation", () => {
 
 describe("jobOutcome", () => {
   it("is Running until the Job has a final condition", () => {
-    expect(jobOutcome({ status: { active: 1 } }, [], ctx)).toEqual({ phase: "Running" })
+    const active: V1Job = { status: { active: 1 } }
+    expect(jobOutcome(active, [], ctx)).toEqual({ phase: "Running" })
   })
 
   it("reports success with the termination message, or a default with the duration", () => {

@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { V1Job } from "@kubernetes/client-node"
 import type { LastRun } from "../../src/api/backupcheck.ts"
+import type { CachedJob } from "../../src/reconcile/cached-job.ts"
 import { isRecorded, jobPhase, jobsToPrune, newerRuns } from "../../src/reconcile/runs.ts"
 
 const job = (runID: string, created: string, phase: "Active" | "Complete" | "Failed", rv = "1"): V1Job => ({
@@ -66,7 +67,7 @@ describe("jobsToPrune", () => {
   const g1 = job("g1", "2026-11-29T10:00:00Z", "Complete", "10")
   const g2 = job("g2", "2026-11-29T10:05:00Z", "Complete", "20")
   const g3 = job("g3", "2026-11-29T10:10:00Z", "Failed", "30")
-  const names = (jobs: V1Job[]) => jobs.map((j) => j.metadata?.name)
+  const names = (jobs: ReadonlyArray<CachedJob>) => jobs.map((j) => j.metadata?.name)
 
   it("keeps the newest N succeeded and M failed Jobs", () => {
     const recorded = run("g3", "2026-11-29T10:10:00Z", "Failed")

@@ -37,6 +37,13 @@ export interface InformerOptions<T> {
   readonly resyncMs: number
   /** Secondary indexes, e.g. by controller-owner uid. */
   readonly indexers?: Indexers<T>
+  /**
+   * What the cache keeps of each object (controller-runtime's cache TransformFunc): applied, after
+   * managedFields are stripped, to every listed object and every watch event's object before the store
+   * and the handlers see it. Pure; it must keep every field that readers of the store and the handlers
+   * use. Default: the object as stripped.
+   */
+  readonly transform?: (obj: T) => T
   /** For logs; default the plural (plus group). */
   readonly name?: string
   /** Backoff after a failure; defaults are client-go's reflector timings. */
@@ -174,6 +181,9 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
     )
   }
 
+  const transform = options.transform
+  const prepare = (obj: T): T => (transform === undefined ? stripObject(obj) : transform(stripObject(obj)))
+
   const store = makeStore<T>({
     ...(options.indexers ? { indexers: options.indexers } : {}),
     onIndexerError: (index, key, error) =>
@@ -249,10 +259,10 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
   // Synchronous from parse to handlers: one Effect step per chunk of events, not per event.
   const applyEvents = (batch: ReadonlyArray<WatchEvent>): KubeError | undefined => {
     for (const ev of batch) {
-      const obj = ev.object as T
       switch (ev.type) {
         case "ADDED":
         case "MODIFIED": {
+          const obj = prepare(ev.object as T)
           const old = store.upsert(obj)
           rv = resourceVersionOf(obj) ?? rv
           events++
@@ -262,7 +272,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
           break
         }
         case "DELETED": {
-          stripObject(obj)
+          const obj = prepare(ev.object as T)
           store.delete(keyOf(obj))
           rv = resourceVersionOf(obj) ?? rv
           events++
@@ -272,7 +282,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
           break
         }
         case "BOOKMARK":
-          rv = resourceVersionOf(obj) ?? rv
+          rv = resourceVersionOf(ev.object) ?? rv
           eventsThisWatch++
           break
         case "ERROR":
@@ -316,8 +326,8 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
           return yield* Effect.fail(page.failure)
         }
         listCount++
-        // Strip page by page, so a big relist never holds every managedFields at once.
-        for (const item of page.success.items ?? []) items.push(stripObject(item))
+        // Strip (and transform) page by page, so a big relist never holds every full object at once.
+        for (const item of page.success.items ?? []) items.push(prepare(item))
         cont = page.success.metadata?.continue || undefined
         listRv = page.success.metadata?.resourceVersion ?? ""
       } while (cont !== undefined)
