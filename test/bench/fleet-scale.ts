@@ -20,7 +20,8 @@
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
 // once converged), SNAPSHOT_AFTER_WAVE=<file> (one after the wave's last measurement; read it with
 // heap-summary.ts), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
-// malloc), HUB_NICE=<n> (the hub's scheduling priority, e.g.
+// malloc), HUB_ENV="NAME=value ..." (more environment for the hub process only), HUB_NODE_FLAGS="<flags>" (node and V8
+// flags of the hub process, e.g. --max-semi-space-size=16), HUB_NICE=<n> (the hub's scheduling priority, e.g.
 // -10, so the apiservers, etcd and this script sharing the cores do not queue it), HUB_LOG=<file> (the hub
 // process's stdout and stderr, its logs, appended there instead of dropped), EVENT_RT=<1..99> (the
 // hub's threads SCHED_FIFO during the events only), KNOBS="<hub
@@ -73,12 +74,26 @@ const connectionsTo = (m: any) => {
   const members = byPort.filter(([p]) => memberPorts.has(Number(p))).reduce((n, [, v]) => n + v, 0)
   return `${hub} to the hub apiserver, ${members} to member apiservers`
 }
-/** The hub process's environment: its kubeconfig, and HUB_LD_PRELOAD as its LD_PRELOAD. */
+/**
+ * The hub process's environment: its kubeconfig, HUB_LD_PRELOAD as its LD_PRELOAD, and HUB_ENV's
+ * "NAME=value" words (e.g. MALLOC_ARENA_MAX=2) for the hub alone.
+ */
 const hubEnv = (hub: LocalCluster) => ({
   ...process.env,
   KUBECONFIG: hub.kubeconfigPath,
   ...(process.env.HUB_LD_PRELOAD ? { LD_PRELOAD: process.env.HUB_LD_PRELOAD } : {}),
+  ...Object.fromEntries(
+    (process.env.HUB_ENV ?? "")
+      .split(/\s+/)
+      .filter((w) => w.includes("="))
+      .map((w) => [w.slice(0, w.indexOf("=")), w.slice(w.indexOf("=") + 1)]),
+  ),
 })
+/** Node and V8 flags of the hub process: --expose-gc, and HUB_NODE_FLAGS (e.g. --max-semi-space-size=16). */
+const hubExecArgv = [
+  "--expose-gc",
+  ...(process.env.HUB_NODE_FLAGS ?? "").split(/\s+/).filter((f) => f !== ""),
+]
 const memberPorts = new Set<number>()
 let hubPort = 0
 /** Per V8 space (the larger ones): in use / committed after GC. */
@@ -88,7 +103,7 @@ const spacesLine = (m: any) =>
     .map((s) => `${s.name.replace(/_space$/, "")} ${mib(s.used)} / ${mib(s.size)}`)
     .join(", ")
 const memoryLine = (m: any) =>
-  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}, of which V8 heap pages ${mib(m.v8Physical)}); V8 spaces used / committed: ${spacesLine(m)}; V8 malloced ${mib(m.v8Malloced)}; ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections (${connectionsTo(m)})`
+  `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}, of which V8 heap pages ${mib(m.v8Physical)} and other threads' malloc arenas ${mib(m.rssArenas)}); V8 spaces used / committed: ${spacesLine(m)}; V8 malloced ${mib(m.v8Malloced)}; ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections (${connectionsTo(m)})`
 const pct = (sorted: ReadonlyArray<number>, p: number) =>
   sorted.length === 0
     ? Number.NaN
@@ -446,7 +461,7 @@ try {
   // HUB_LOG: the hub's logs (stdout) and stderr kept in a file, to read what its reconcile errors were.
   const hubLog = process.env.HUB_LOG ? openSync(process.env.HUB_LOG, "a") : undefined
   hubProc = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, hubFlags, {
-    execArgv: ["--expose-gc"],
+    execArgv: hubExecArgv,
     env: hubEnv(hubCluster),
     stdio: ["ignore", hubLog ?? "ignore", hubLog ?? "inherit", "ipc"],
   })
@@ -867,7 +882,7 @@ try {
     await sleep(2_000)
     const started = Date.now()
     const kp = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, flags, {
-      execArgv: ["--expose-gc"],
+      execArgv: hubExecArgv,
       env: hubEnv(hubCluster),
       stdio: ["ignore", "ignore", "inherit", "ipc"],
     })

@@ -98,23 +98,29 @@ const sockets = () => {
 /**
  * Resident memory by kind of mapping (/proc/self/smaps): the brk heap (glibc malloc's main arena: TLS
  * state, libuv, most native allocations of the main thread) and other anonymous mappings (the V8 heap,
- * other malloc arenas, thread stacks).
+ * other malloc arenas, thread stacks), and of those the other threads' malloc arenas.
  */
 const rssByMapping = () => {
   let kind = ""
   let brk = 0
   let anon = 0
+  let arenas = 0
   for (const line of readFileSync("/proc/self/smaps", "utf8").split("\n")) {
     if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) {
-      const name = line.trim().split(/\s+/)[5]
-      kind = name === undefined ? "anon" : name === "[heap]" ? "brk" : "other"
+      const [range, perms, , , , name] = line.trim().split(/\s+/)
+      // glibc's other malloc arenas (one per thread, up to 8 per core) live in 64 MiB heaps aligned
+      // to 64 MiB: the used part is an anonymous rw mapping starting at such a boundary.
+      const start = BigInt(`0x${(range ?? "").split("-")[0]}`)
+      const arena = name === undefined && perms === "rw-p" && start % 0x4000000n === 0n
+      kind = name === undefined ? (arena ? "arena" : "anon") : name === "[heap]" ? "brk" : "other"
     } else if (line.startsWith("Rss:")) {
       const kb = Number(line.split(/\s+/)[1]) * 1024
       if (kind === "brk") brk += kb
-      else if (kind === "anon") anon += kb
+      else if (kind === "anon" || kind === "arena") anon += kb
+      if (kind === "arena") arenas += kb
     }
   }
-  return { rssBrk: brk, rssAnonMaps: anon }
+  return { rssBrk: brk, rssAnonMaps: anon, rssArenas: arenas }
 }
 
 process.on("message", async (msg: any) => {
