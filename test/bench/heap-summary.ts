@@ -221,11 +221,26 @@ const orderOf = new Int32Array(nodeCount).fill(-1)
   }
   const dominatorOf = (n: number) => postorder[idom[orderOf[n]!]!]!
 
+  /** What holds node n: its dominator's edge to it (for a Map's entry: the table array). */
+  const holderOf = (n: number) => {
+    const d = dominatorOf(n)
+    for (let e = firstEdge[d]!; e < firstEdge[d + 1]!; e++)
+      if (essential(e) && toOf(e) === n) {
+        // An entry of a Map or Set: name the collection and who holds it.
+        const up = typeOf(d) === "array" ? dominatorOf(d) : -1
+        const via = up >= 0 ? ` in ${typeOf(up)} ${nameOf(up).slice(0, 30)}` : ""
+        return `${typeOf(d)} ${nameOf(d).slice(0, 30)} .${typeOf(d) === "array" ? "[]" : edgeName(e)}${via}`
+      }
+    return `shared (dominated by ${typeOf(d)} ${nameOf(d).slice(0, 30)})`
+  }
+
   // ---- Kubernetes objects by shape -----------------------------------------------------------------
-  const kinds = new Map<string, { n: number; size: number }>()
+  const kinds = new Map<string, { n: number; size: number; holders: Map<string, number> }>()
   const count = (kind: string, n: number) => {
-    const k = kinds.get(kind) ?? { n: 0, size: 0 }
-    kinds.set(kind, { n: k.n + 1, size: k.size + retained[n]! })
+    const k = kinds.get(kind) ?? { n: 0, size: 0, holders: new Map<string, number>() }
+    const by = holderOf(n)
+    k.holders.set(by, (k.holders.get(by) ?? 0) + 1)
+    kinds.set(kind, { n: k.n + 1, size: k.size + retained[n]!, holders: k.holders })
   }
   for (let n = 0; n < nodeCount; n++) {
     if (orderOf[n]! < 0 || typeOf(n) !== "object") continue
@@ -238,10 +253,13 @@ const orderOf = new Int32Array(nodeCount).fill(-1)
       count("other with spec and status", n)
   }
   console.log("objects recognised by shape (retained size: what would go with them):")
-  for (const [k, v] of kinds)
+  for (const [k, v] of kinds) {
     console.log(
       `  ${k.padEnd(30)} ${v.n} objects, ${mib(v.size)} retained, ${(v.size / v.n / 1024).toFixed(2)} KiB each`,
     )
+    for (const [by, n] of [...v.holders].sort((a, b) => b[1] - a[1]).slice(0, 5))
+      console.log(`    ${String(n).padStart(8)} held by ${by}`)
+  }
 
   // ---- largest dominators ----------------------------------------------------------------------------
   // A node's first holder: the first essential edge into it from its dominator, or any.
