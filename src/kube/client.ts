@@ -891,7 +891,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       timer = setTimeout(() => {
         // One connection may carry every request of the member: is it still alive? Asked before the
         // failure, which may resume a caller that sends its next request at once.
-        resolved.generation.transport.suspect()
+        resolved.generation.transport.suspect(timeoutMs)
         fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout"))
       }, timeoutMs)
       signal.addEventListener(
@@ -1006,7 +1006,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     const arm = () => {
       clearTimeout(timer)
       timer = setTimeout(() => {
-        resolved.generation.transport.suspect()
+        resolved.generation.transport.suspect(inactivityMs)
         fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive"))
       }, inactivityMs)
     }
@@ -1123,7 +1123,7 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       return stop
     }
     timer = setTimeout(() => {
-      resolved.generation.transport.suspect()
+      resolved.generation.transport.suspect(requestTimeoutMs)
       fail(transportError("GET", path, `no response within ${requestTimeoutMs} ms`, "Timeout"))
     }, requestTimeoutMs)
     return stop

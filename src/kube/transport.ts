@@ -7,9 +7,12 @@
 //
 // One connection carries every stream of the member, so a dead one would stall them all: the session is
 // PINGed when nothing arrived on it for pingIdleMs, and at once when a request or watch on it went
-// unanswered past its deadline (suspect); no answer within pingTimeoutMs destroys it: its streams fail,
-// and the next request opens a new connection. After a GOAWAY the streams the server accepted finish and
-// new ones go to a new connection; streams still waiting for a slot there are sent on the new one.
+// unanswered past its deadline (suspect) while nothing else arrived on it either; when pingTimeoutMs pass
+// after the PING with nothing at all received, it is destroyed: its streams fail, and the next request
+// opens a new connection. A connection that still delivers frames is alive, only slow to answer some
+// requests, and is kept (Go's transport, client-go's, PINGs only a silent connection too). After a
+// GOAWAY the streams the server accepted finish and new ones go to a new connection; streams still
+// waiting for a slot there are sent on the new one.
 import * as http from "node:http"
 import * as http2 from "node:http2"
 import * as https from "node:https"
@@ -39,7 +42,7 @@ export interface TransportOptions {
   readonly connectTimeoutMs: number
   /**
    * On suspect(), also stop sending on the HTTP/2 connection at once: new requests open a new one (the
-   * suspect one is PINGed as usual and closes once its streams end). For a client whose few requests
+   * suspect one is PINGed as usual, if silent, and closes once its streams end). For a client whose few requests
    * cannot wait out a PING timeout (the hub's Leases); others would open a connection per slow answer.
    */
   readonly replaceSuspectConnection: boolean
@@ -78,8 +81,11 @@ export interface Transport {
    * request cannot be built (a header value with CR/LF or outside Latin-1: ERR_INVALID_CHAR).
    */
   send(req: OutgoingRequest, handlers: ResponseHandlers): () => void
-  /** A request or watch on this transport went unanswered past its deadline: check the connection now. */
-  suspect(): void
+  /**
+   * A request or watch on this transport received nothing for `silentMs` (its deadline): PING, now, each
+   * connection that received nothing in that time either. One that did is alive, and is left alone.
+   */
+  suspect(silentMs: number): void
   /** Closes every connection at once (their requests fail). */
   destroy(): void
 }
@@ -126,7 +132,7 @@ interface Session {
   active: number
   maxStreams: number
   readonly queue: Pending[]
-  /** performance.now() of the last response, data or PING answer received. */
+  /** performance.now() of the last response headers, data, SETTINGS or PING answer received. */
   lastReceived: number
   pinging: boolean
   idleTimer: NodeJS.Timeout | undefined
@@ -227,24 +233,30 @@ export const makeTransport = (options: TransportOptions): Transport => {
   const ping = (s: Session) => {
     if (s.pinging || s.h2.destroyed) return
     s.pinging = true
-    const timer = setTimeout(
-      // Decided after this turn's I/O: an answer already received while the event loop was busy (the
-      // timer firing late) is read first.
-      () =>
-        setImmediate(() => {
-          if (!s.pinging || s.h2.destroyed) return
-          s.retired = true
-          if (current === s) current = undefined
-          s.h2.destroy(
-            codedError(
-              "PingTimeout",
-              `the API server did not answer a PING within ${options.pingTimeoutMs} ms; connection closed`,
-            ),
-          )
-        }),
-      options.pingTimeoutMs,
-    )
-    timer.unref()
+    const sentAt = performance.now()
+    // Destroys the session once pingTimeoutMs passed after the PING with nothing received: an answer, or
+    // any frame, read while the event loop was busy (the timer firing late) counts, so the decision waits
+    // for the turn's I/O. Frames still arriving mean a live connection whose server is slow to answer
+    // the PING (a busy server): the wait goes on from the last of them.
+    const decide = () => {
+      if (!s.pinging || s.h2.destroyed) return
+      const silentMs = performance.now() - Math.max(sentAt, s.lastReceived)
+      if (silentMs < options.pingTimeoutMs) return void arm(options.pingTimeoutMs - silentMs)
+      s.retired = true
+      if (current === s) current = undefined
+      s.h2.destroy(
+        codedError(
+          "PingTimeout",
+          `the API server did not answer a PING, nor send anything else, within ${options.pingTimeoutMs} ms; connection closed`,
+        ),
+      )
+    }
+    let timer: NodeJS.Timeout | undefined
+    const arm = (delayMs: number) => {
+      timer = setTimeout(() => setImmediate(decide), delayMs)
+      timer.unref()
+    }
+    arm(options.pingTimeoutMs)
     const sent = s.h2.ping((err) => {
       clearTimeout(timer)
       s.pinging = false
@@ -282,6 +294,7 @@ export const makeTransport = (options: TransportOptions): Transport => {
     h2.unref()
     h2.setLocalWindowSize(connectionWindowBytes)
     h2.on("remoteSettings", (settings) => {
+      s.lastReceived = performance.now()
       if (settings.maxConcurrentStreams !== undefined)
         s.maxStreams = Math.max(1, settings.maxConcurrentStreams)
       s.ready = true
@@ -459,8 +472,9 @@ export const makeTransport = (options: TransportOptions): Transport => {
         p.abort?.()
       }
     },
-    suspect: () => {
-      for (const s of sessions) ping(s)
+    suspect: (silentMs) => {
+      const now = performance.now()
+      for (const s of sessions) if (now - s.lastReceived >= silentMs) ping(s)
       if (options.replaceSuspectConnection && current !== undefined) retire(current)
     },
     destroy: () => {

@@ -1,12 +1,14 @@
 // The kube client over HTTP/2 (kube/transport.ts) against node's own HTTP/2 server on loopback, with the
 // throwaway certificate of the scripted servers: one connection for concurrent requests and a watch
 // (more than the server's stream limit at once), HTTP/1.1 when turned off, a GOAWAY, a reset stream, a
-// header value node refuses, and a fence that says no. The same against a real kube-apiserver, and a
-// connection that stops answering PINGs: test/integration/informer.test.ts.
+// header value node refuses, a fence that says no, and (through a proxy that withholds the server's PING
+// answers) a connection that is slow but still delivers frames: kept, and closed once it falls silent.
+// The same against a real kube-apiserver, and a blackholed connection: test/integration/informer.test.ts.
 import { readFileSync } from "node:fs"
 import * as http2 from "node:http2"
 import type { AddressInfo } from "node:net"
-import { Effect, Fiber, Stream } from "effect"
+import * as tls from "node:tls"
+import { Cause, Effect, Exit, Fiber, Stream } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type KubeClient, KubeTransportError } from "../../src/kube/client.ts"
 import { failureOf, line, withClient } from "../support/scripted-server.ts"
@@ -19,6 +21,8 @@ describe("kube client over HTTP/2", () => {
   let server: http2.Http2SecureServer
   let url = ""
   let sessions = 0
+  /** PING frames the server received from clients. */
+  let pings = 0
   const seen: Array<{ path: string; version: string; ua: string | undefined; auth: string | undefined }> = []
 
   const kubeconfig = (token: string) =>
@@ -49,7 +53,10 @@ describe("kube client over HTTP/2", () => {
       allowHTTP1: true,
       settings: { maxConcurrentStreams: 2 },
     })
-    server.on("session", () => sessions++)
+    server.on("session", (session) => {
+      sessions++
+      session.on("ping", () => pings++)
+    })
     server.on("request", (req, res) => {
       const path = new URL(req.url, "https://x").pathname
       seen.push({
@@ -58,6 +65,23 @@ describe("kube client over HTTP/2", () => {
         ua: req.headers["user-agent"],
         auth: req.headers.authorization,
       })
+      if (path === "/trickle") {
+        // A watch whose server goes quiet for a while, then sends an event every 100 ms, then ends.
+        res.writeHead(200, { "content-type": "application/json" })
+        res.write(line("ADDED", { metadata: { name: "t0" } }))
+        let n = 1
+        setTimeout(() => {
+          const every = setInterval(() => {
+            res.write(line("ADDED", { metadata: { name: `t${n}` } }))
+            if (++n > 10) {
+              clearInterval(every)
+              res.end()
+            }
+          }, 100)
+        }, 700)
+        return
+      }
+      if (path === "/slow") return void setTimeout(() => res.end(JSON.stringify({ path })), 1_500)
       if (req.url.includes("watch=true")) {
         res.writeHead(200, { "content-type": "application/json" })
         res.write(line("ADDED", { metadata: { name: "a" } }))
@@ -171,4 +195,122 @@ describe("kube client over HTTP/2", () => {
     })
     expect(seen).toEqual([])
   })
+
+  it("keeps a connection whose PING goes unanswered while frames still arrive on it, and closes it once it falls silent", async () => {
+    // PING answers come 1.2 s late: after the 0.6 s PING timeout.
+    const proxy = await startPingWithholdingProxy(Number(new URL(url).port), 1_200)
+    const viaProxy = kubeconfig("tok").replace(url, `https://127.0.0.1:${proxy.port}`)
+    const before = sessions
+    try {
+      // A request times out while the watch is quiet: the connection is PINGed, and its answer is late;
+      // the watch's events keep coming meanwhile, so the connection is alive and stays open.
+      await withClient(viaProxy, { pingIdleMs: 60_000, pingTimeoutMs: 600 }, async (client) => {
+        let first!: () => void
+        const started = new Promise<void>((r) => (first = r))
+        const watch = Effect.runPromiseExit(
+          Stream.runCollect(Stream.tap(client.watch("/trickle", {}), () => Effect.sync(() => first()))),
+        )
+        await started
+        await new Promise((r) => setTimeout(r, 50))
+        const pingsBefore = pings
+        const slow = failureOf(
+          await Effect.runPromiseExit(client.request({ method: "GET", path: "/slow", timeoutMs: 300 })),
+        )
+        expect(slow).toMatchObject({
+          _tag: "KubeTransportError",
+          code: "Timeout",
+        })
+        const events = await watch
+        expect(Exit.isSuccess(events) ? [...events.value].length : Cause.pretty(events.cause)).toBe(11)
+        expect(pings - pingsBefore).toBe(1)
+        expect(proxy.withheld()).toBe(1)
+
+        // A request timing out while other frames arrive sends no PING at all.
+        const watch2 = Effect.runFork(Stream.runCollect(client.watch("/trickle", {})))
+        await new Promise((r) => setTimeout(r, 800))
+        const pingsBusy = pings
+        failureOf(
+          await Effect.runPromiseExit(client.request({ method: "GET", path: "/slow", timeoutMs: 300 })),
+        )
+        expect(pings - pingsBusy).toBe(0)
+        await Effect.runPromise(Fiber.interrupt(watch2))
+
+        // Nothing arrives any more: a request times out, its PING goes unanswered, and the connection is
+        // closed, failing the watch on it with PingTimeout.
+        let third!: () => void
+        const watching = new Promise<void>((r) => (third = r))
+        const watch3 = Effect.runPromiseExit(
+          Stream.runCollect(Stream.tap(client.watch("/trickle", {}), () => Effect.sync(() => third()))),
+        )
+        await watching
+        proxy.silence()
+        failureOf(
+          await Effect.runPromiseExit(client.request({ method: "GET", path: "/slow", timeoutMs: 300 })),
+        )
+        expect(failureOf(await watch3)).toMatchObject({
+          _tag: "KubeTransportError",
+          code: "PingTimeout",
+        })
+      })
+      expect(sessions - before).toBe(1)
+    } finally {
+      proxy.close()
+    }
+  })
 })
+
+/**
+ * A TLS-terminating proxy in front of the HTTP/2 server that holds back the PING answers (frame type 6,
+ * ACK) the server sends for answerDelayMs, and after silence() drops everything the server sends.
+ */
+const startPingWithholdingProxy = async (target: number, answerDelayMs: number) => {
+  let withheld = 0
+  let silent = false
+  const sockets = new Set<tls.TLSSocket>()
+  const proxy = tls.createServer(
+    { cert: ca, key: fixture("server.key"), ALPNProtocols: ["h2"] },
+    (client) => {
+      const upstream = tls.connect({
+        host: "127.0.0.1",
+        port: target,
+        ca,
+        ALPNProtocols: ["h2"],
+      })
+      sockets.add(client)
+      sockets.add(upstream)
+      client.pipe(upstream)
+      let pending = Buffer.alloc(0)
+      upstream.on("data", (chunk: Buffer) => {
+        pending = Buffer.concat([pending, chunk])
+        while (pending.length >= 9) {
+          const size = 9 + pending.readUIntBE(0, 3)
+          if (pending.length < size) break
+          const frame = pending.subarray(0, size)
+          pending = pending.subarray(size)
+          const pingAnswer = frame[3] === 0x6 && ((frame[4] ?? 0) & 0x1) === 1
+          if (pingAnswer) {
+            withheld++
+            setTimeout(() => silent || client.write(frame), answerDelayMs)
+          } else if (!silent) client.write(frame)
+        }
+      })
+      for (const s of [client, upstream])
+        s.on("error", () => {}).on("close", () => {
+          client.destroy()
+          upstream.destroy()
+        })
+    },
+  )
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r))
+  return {
+    port: (proxy.address() as AddressInfo).port,
+    withheld: () => withheld,
+    silence: () => {
+      silent = true
+    },
+    close: () => {
+      for (const s of sockets) s.destroy()
+      proxy.close()
+    },
+  }
+}
