@@ -240,6 +240,8 @@ const remember = (entry: MemberEntry, desired: MemberClusterStatus, current: Mem
   }
 }
 
+/** The longest a probe waits for its answer while the member's connection shows the server alive. */
+const busyProbeTimeoutMs = 30_000
 /** While a failed probe awaits confirmation (failure threshold), probes come this often. */
 const confirmFailureEveryMs = 1_000
 /**
@@ -249,7 +251,12 @@ const confirmFailureEveryMs = 1_000
 const unreachableProbeEveryMs = 10_000
 
 /**
- * One probe: a LIST of at most one BackupCheck where the hub works, with a short deadline. Unlike
+ * One probe: a LIST of at most one BackupCheck where the hub works, with a short deadline of silence:
+ * it fails when the member's connection delivered nothing for 5 s (a dead, hung or blackholed API server
+ * is noticed as fast as with a plain 5 s deadline). While the connection keeps delivering answers to the
+ * member's other requests (over HTTP/2 they share it), the API server is alive but busy, and the probe
+ * waits for its own answer up to the probe interval (at most 30 s), so a burst the server is working
+ * through does not make the member look unreachable (ADR 0013). Unlike
  * GET /version (which any authenticated identity may call), it fails when the hub's RBAC was revoked
  * (403) or the CRD removed (404), so a member the hub can no longer act on never looks healthy. The
  * server's version is read on the first success only.
@@ -266,7 +273,8 @@ const probeOnce = Effect.fnUntraced(function* (
       method: "GET",
       path: pathOf(backupChecks, { namespace }),
       query: { limit: "1" },
-      timeoutMs,
+      silenceTimeoutMs: timeoutMs,
+      timeoutMs: Math.max(timeoutMs, Math.min(busyProbeTimeoutMs, timings.probeIntervalMs)),
     })
     .pipe(Effect.result)
   const p = entry.probe

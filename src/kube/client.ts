@@ -71,6 +71,14 @@ export interface KubeRequest {
   /** Whole-request deadline, throttle retries included (see throttleRetryWaitMs); default the client's requestTimeoutMs. */
   readonly timeoutMs?: number
   /**
+   * Fails the request (code Timeout) sooner, once this long passed with nothing received on its
+   * connection: not its answer, nor, over HTTP/2, anything for the member's other requests and watches
+   * sharing that connection. While the connection keeps delivering, the server is alive but busy, and
+   * the request waits for its answer up to timeoutMs. For a health probe: a dead or hung API server
+   * fails it as fast as a plain deadline would, a busy one answers it late.
+   */
+  readonly silenceTimeoutMs?: number
+  /**
    * Asked again at the last moment: on a connected (and, for TLS, handshaken) socket, in the same
    * synchronous step that hands the request's bytes to it. False fails the request with code NotLeader
    * and nothing is sent. (A check before the request starts is not enough: a process paused between
@@ -841,7 +849,9 @@ export const makeKubeClient = Effect.fnUntraced(function* (
         abandon?.()
       }
       const timeoutMs = req.timeoutMs ?? requestTimeoutMs
+      let received = false
       const onResponse = (res: IncomingResponse) => {
+        received = true
         const status = res.status
         const limit = isSuccess(status) ? maxResponseBytes : maxErrorBodyBytes
         readBody(
@@ -888,12 +898,32 @@ export const makeKubeClient = Effect.fnUntraced(function* (
       abandon = started
       // Refused or failed while starting: nothing is left to wait for.
       if (done) return void started()
-      timer = setTimeout(() => {
+      const sentAt = performance.now()
+      const timeOut = (silentMs: number) => {
+        const waited = Math.round(performance.now() - sentAt)
+        const message =
+          waited < timeoutMs && Number.isFinite(silentMs)
+            ? `no response within ${waited} ms, and nothing else arrived on its connection for ${Math.round(silentMs)} ms`
+            : `no response within ${Math.min(waited, timeoutMs)} ms`
         // One connection may carry every request of the member: is it still alive? Asked before the
         // failure, which may resume a caller that sends its next request at once.
-        resolved.generation.transport.suspect(timeoutMs)
-        fail(transportError(method, path, `no response within ${timeoutMs} ms`, "Timeout"))
-      }, timeoutMs)
+        resolved.generation.transport.suspect(Math.min(waited, silentMs))
+        fail(transportError(method, path, message, "Timeout"))
+      }
+      const silenceMs = req.silenceTimeoutMs
+      if (silenceMs === undefined || silenceMs >= timeoutMs)
+        timer = setTimeout(() => timeOut(timeoutMs), timeoutMs)
+      else {
+        // Checked every silenceMs: the request fails once its connection has been silent that long (its
+        // own answer started arriving counts), or at its deadline.
+        const check = () => {
+          const left = timeoutMs - (performance.now() - sentAt)
+          const silent = received ? 0 : resolved.generation.transport.silentMs()
+          if (left <= 0 || silent >= silenceMs) return timeOut(silent)
+          timer = setTimeout(check, Math.min(left, silenceMs - silent))
+        }
+        timer = setTimeout(check, silenceMs)
+      }
       signal.addEventListener(
         "abort",
         () => {

@@ -86,6 +86,12 @@ export interface Transport {
    * connection that received nothing in that time either. One that did is alive, and is left alone.
    */
   suspect(silentMs: number): void
+  /**
+   * How long nothing arrived on the connection new requests go to (HTTP/2): 0 while it delivers frames.
+   * Over HTTP/1.1, where a request has a connection of its own, Infinity: only a request's own answer
+   * tells that its server is alive.
+   */
+  silentMs(): number
   /** Closes every connection at once (their requests fail). */
   destroy(): void
 }
@@ -471,6 +477,12 @@ export const makeTransport = (options: TransportOptions): Transport => {
         p.abandoned = true
         p.abort?.()
       }
+    },
+    silentMs: () => {
+      if (protocol === "http/1.1") return Number.POSITIVE_INFINITY
+      const s = current
+      // Still connecting: nothing arrived yet, since the request was sent.
+      return s === undefined ? Number.POSITIVE_INFINITY : performance.now() - s.lastReceived
     },
     suspect: (silentMs) => {
       const now = performance.now()

@@ -81,7 +81,7 @@ describe("kube client over HTTP/2", () => {
         }, 700)
         return
       }
-      if (path === "/slow") return void setTimeout(() => res.end(JSON.stringify({ path })), 1_500)
+      if (path === "/slow") return void setTimeout(() => res.end(JSON.stringify({ path })), 800)
       if (req.url.includes("watch=true")) {
         res.writeHead(200, { "content-type": "application/json" })
         res.write(line("ADDED", { metadata: { name: "a" } }))
@@ -256,6 +256,29 @@ describe("kube client over HTTP/2", () => {
     } finally {
       proxy.close()
     }
+  })
+
+  it("with a silence timeout, waits for a late answer while the connection delivers other frames, and fails at it on a silent one", async () => {
+    await withClient(kubeconfig("tok"), {}, async (client) => {
+      const probe = { method: "GET", path: "/slow", silenceTimeoutMs: 400, timeoutMs: 5_000 } as const
+      // Nothing else on the connection: the request fails once it has been silent for 400 ms.
+      const silent = failureOf(await Effect.runPromiseExit(client.request(probe)))
+      expect(silent).toMatchObject({ _tag: "KubeTransportError", code: "Timeout" })
+      expect(silent.message).toContain("nothing else arrived on its connection")
+      // A watch's events arrive every 100 ms meanwhile: the server is busy, not gone; the answer comes.
+      let flowing!: () => void
+      const trickling = new Promise<void>((r) => (flowing = r))
+      const watch = Effect.runFork(
+        Stream.runCollect(
+          Stream.tap(client.watch("/trickle", {}), (e) =>
+            Effect.sync(() => e.object.metadata.name === "t1" && flowing()),
+          ),
+        ),
+      )
+      await trickling
+      expect(await Effect.runPromise(client.request(probe))).toEqual({ path: "/slow" })
+      await Effect.runPromise(Fiber.interrupt(watch))
+    })
   })
 })
 
