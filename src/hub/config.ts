@@ -219,7 +219,7 @@ export const hubSettings = {
     "http2",
     bool,
     "true",
-    "speak HTTP/2 to the API servers that offer it (over TLS, by ALPN), as client-go does: one connection per credential carries every request and watch (the hub's own API server gets two: one for the Leases alone), PINGed after 30s without traffic and closed when a PING goes unanswered for 15s; false: HTTP/1.1 only, one connection per request in flight (client-go's DISABLE_HTTP2)",
+    "speak HTTP/2 to the API servers that offer it (over TLS, by ALPN), as client-go does: one connection per credential carries every request and watch (the hub's own API server gets two: one for the Leases alone), PINGed after 30s without traffic and closed when nothing, not even the PING's answer, arrives for 15s after it; false: HTTP/1.1 only, one connection per request in flight (client-go's DISABLE_HTTP2)",
   ),
   expiryWarningMs: setting(
     "credential-expiry-warning",
