@@ -234,7 +234,10 @@ describe("kube client over HTTP/2", () => {
         )
         expect(pings - pingsBusy).toBe(0)
         await Effect.runPromise(Fiber.interrupt(watch2))
+      })
+      expect(sessions - before).toBe(1)
 
+      await withClient(viaProxy, { pingIdleMs: 60_000, pingTimeoutMs: 600 }, async (client) => {
         // Nothing arrives any more: a request times out, its PING goes unanswered, and the connection is
         // closed, failing the watch on it with PingTimeout.
         let third!: () => void
@@ -252,7 +255,6 @@ describe("kube client over HTTP/2", () => {
           code: "PingTimeout",
         })
       })
-      expect(sessions - before).toBe(1)
     } finally {
       proxy.close()
     }
