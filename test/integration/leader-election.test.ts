@@ -83,6 +83,7 @@ describe("leader election against a real apiserver", () => {
     lease: string,
     marks: Mark[],
     timings: Partial<typeof fast> = fast,
+    clientOptions: { readonly replaceSuspectConnection?: boolean } = {},
   ): Promise<TestElector> => {
     const proxy = await startProxy(hubPort)
     const kubeConfig = new KubeConfig()
@@ -101,7 +102,9 @@ describe("leader election against a real apiserver", () => {
     ])
     const scope = Effect.runSync(Scope.make())
     const client = await Effect.runPromise(
-      makeKubeClient({ cluster: "hub", kubeConfig, requestTimeoutMs: 5_000 }).pipe(Scope.provide(scope)),
+      makeKubeClient({ cluster: "hub", kubeConfig, requestTimeoutMs: 5_000, ...clientOptions }).pipe(
+        Scope.provide(scope),
+      ),
     )
     const elector = await Effect.runPromise(
       makeLeaderElector({
@@ -250,6 +253,42 @@ describe("leader election against a real apiserver", () => {
       expect(first(marks, a.id, "start", bStart)).toBeUndefined()
     })
   }
+
+  it("a connection that goes silently dead: the Lease client's leader renews on a new one within the renew deadline, a default client's loses the lease", async () => {
+    // The hub's Lease client (replaceSuspectConnection) against a default one, each leading its own
+    // Lease through its own proxy; then every connection open through the proxies goes silent. A
+    // default client waits for the PING timeout (15 s) before it opens a new connection, longer than
+    // the renew deadline.
+    const marks: Mark[] = []
+    // Room for one timed-out attempt (1.5 s) and a retry on a new connection within the renew deadline.
+    const timings = { leaseDurationMs: 4_000, renewDeadlineMs: 3_000, retryPeriodMs: 500 }
+    const lease = await startElector("dead-lease", "le-dead-lease", marks, timings, {
+      replaceSuspectConnection: true,
+    })
+    const plain = await startElector("dead-plain", "le-dead-plain", marks, timings)
+    await waitUntil("both to lead", 5_000, () => lease.elector.isLeader() && plain.elector.isLeader(), pollMs)
+    await sleep(1_000)
+    const accepted = lease.proxy.accepted()
+    const stalledAt = now()
+    lease.proxy.stallOpen()
+    plain.proxy.stallOpen()
+    await sleep(2 * timings.renewDeadlineMs)
+    const renewedAfter = lease.writes.filter((t) => t > stalledAt)
+    console.log(
+      `silently dead connection: the Lease client renewed ${renewedAfter.length} times in ${2 * timings.renewDeadlineMs} ms over ${lease.proxy.accepted() - accepted} new connection(s), the first ${(renewedAfter[0]! - stalledAt).toFixed(0)} ms after`,
+    )
+    // From outside the elector: a new connection was opened, and the API server has the Lease renewed
+    // by it within the last renew deadline.
+    expect(lease.proxy.accepted()).toBeGreaterThan(accepted)
+    const l = await getLease("le-dead-lease")
+    expect(l.spec?.holderIdentity).toBe(lease.id)
+    expect(Date.now() - Date.parse(l.spec!.renewTime!)).toBeLessThan(timings.renewDeadlineMs)
+    expect(first(marks, lease.id, "stop")).toBeUndefined()
+    // The default client never got a renewal through and stopped leading.
+    expect(plain.writes.filter((t) => t > stalledAt)).toEqual([])
+    expect(plain.elector.isLeader()).toBe(false)
+    expect(first(marks, plain.id, "stop")).toBeDefined()
+  })
 
   it("a frozen apiserver: the leader stops before its lease can expire; after the thaw one leader remains", async () => {
     const lease = "le-freeze"

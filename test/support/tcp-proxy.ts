@@ -1,6 +1,7 @@
 // A TCP proxy in front of an API server for fault tests: it passes bytes, refuses new connections, or
-// blackholes (connections stay open and carry nothing, as behind a dead load balancer). It counts the
-// connections it accepted and those open, as seen from outside the client.
+// blackholes (connections stay open and carry nothing, as behind a dead load balancer), all of them or
+// only those open now. It counts the connections it accepted and those open, as seen from outside the
+// client.
 import { type AddressInfo, connect, createServer, type Socket } from "node:net"
 
 export type ProxyMode = "pass" | "refuse" | "blackhole"
@@ -9,6 +10,8 @@ export type ProxyMode = "pass" | "refuse" | "blackhole"
 export const startProxy = async (targetPort: number) => {
   let mode: ProxyMode = "pass"
   const pairs = new Set<readonly [Socket, Socket]>()
+  /** Connections that carry nothing any more, whatever the mode (see stallOpen). */
+  const stalled = new WeakSet<readonly [Socket, Socket]>()
   let accepted = 0
   const dropAll = () => {
     for (const [a, b] of pairs) {
@@ -32,8 +35,9 @@ export const startProxy = async (targetPort: number) => {
       pairs.delete(pair)
     }
     // A blackholed connection stays open but carries nothing: requests hang, as behind a dead LB.
-    down.on("data", (d) => void (mode === "pass" && up.write(d)))
-    up.on("data", (d) => void (mode === "pass" && down.write(d)))
+    const passes = () => mode === "pass" && !stalled.has(pair)
+    down.on("data", (d) => void (passes() && up.write(d)))
+    up.on("data", (d) => void (passes() && down.write(d)))
     for (const s of pair) {
       s.on("error", end)
       s.on("close", end)
@@ -49,6 +53,10 @@ export const startProxy = async (targetPort: number) => {
     cut: (how: Exclude<ProxyMode, "pass">) => {
       mode = how
       if (how === "refuse") dropAll()
+    },
+    /** The connections open now go silent, as behind a dead load balancer; new ones pass. */
+    stallOpen: () => {
+      for (const pair of pairs) stalled.add(pair)
     },
     restore: () => {
       // Bytes were dropped on blackholed connections: their TLS streams are unusable now.
