@@ -13,4 +13,13 @@ describe("the image's entrypoint", () => {
     expect(argv).toContain("--max-semi-space-size=16")
     expect(argv.at(-1)).toBe("dist/src/cli/main.js")
   })
+
+  it("bin/fleetcheck runs node with the same flag (a hub started outside the image)", () => {
+    const launcher = readFileSync(new URL("../../bin/fleetcheck", import.meta.url), "utf8")
+    const flags = /^node_flags=\((.*)\)$/m.exec(launcher)?.[1]?.split(" ")
+    expect(flags).toContain("--max-semi-space-size=16")
+    const execs = launcher.split("\n").filter((l) => l.trim().startsWith("exec "))
+    expect(execs.length).toBeGreaterThan(0)
+    for (const l of execs) expect(l).toContain(`"\${node_flags[@]}"`)
+  })
 })
