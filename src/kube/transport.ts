@@ -101,7 +101,7 @@ const streamWindowBytes = 4 * 1024 * 1024
 const connectionWindowBytes = 32 * 1024 * 1024
 /** nghttp2's bound on the session's own buffers, in MB (node's default 10); a response is up to 64 MiB. */
 const maxSessionMemoryMb = 64
-/** Streams opened before the server's SETTINGS say how many it allows (kube-apiserver: 250). */
+/** Streams opened before the server's SETTINGS say how many it allows (kube-apiserver announces 100 unless --http2-max-streams-per-connection says otherwise). */
 const initialMaxStreams = 100
 
 /** A node-style error: the client reports its code (KubeTransportError.code) and message. */
