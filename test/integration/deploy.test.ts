@@ -655,6 +655,26 @@ describe("deploy/: manifests, RBAC and image", () => {
       })
       expect((await fetch(`${url}/readyz`)).status).toBe(200)
       expect(((await (await fetch(`${url}/api/v1/fleet`)).json()) as any).leader).toBe(true)
+      // deploy/hub/flowschema.yaml: the API server's priority and fairness put the hub identity's Lease
+      // requests in the leader-election level (the API server's own metrics).
+      const dispatched = async () => {
+        const byLevel = new Map<string, number>()
+        for (const l of String((await c.api("GET", "/metrics")).body).split("\n")) {
+          if (!l.startsWith("apiserver_flowcontrol_dispatched_requests_total{")) continue
+          const schema = /flow_schema="([^"]*)"/.exec(l)?.[1]
+          const level = /priority_level="([^"]*)"/.exec(l)?.[1]
+          const key = `${schema}/${level}`
+          byLevel.set(key, (byLevel.get(key) ?? 0) + Number(l.split(" ").at(-1)))
+        }
+        return byLevel
+      }
+      await waitUntil("the hub's Lease requests dispatched by fleetcheck-hub-leases", 20_000, async () =>
+        [...(await dispatched())].some(([k, n]) => k === "fleetcheck-hub-leases/leader-election" && n > 0),
+      )
+      expect(
+        [...(await dispatched()).keys()].filter((k) => k.startsWith("fleetcheck-hub-leases/")),
+        "the FlowSchema names one level",
+      ).toEqual(["fleetcheck-hub-leases/leader-election"])
       const events = (await c.api("GET", `/apis/events.k8s.io/v1/namespaces/${ns}/events`)).body
         .items as any[]
       expect(events.some((e) => e.reason === "MemberEngaged" && e.regarding?.name === "self")).toBe(true)
@@ -1171,7 +1191,12 @@ describe("deploy/: manifests, RBAC and image", () => {
     const deployment = yamlDocs("deploy/hub/deployment.yaml")[0]
     const container = deployment.spec.template.spec.containers[0]
     expect(final.user?.split(":")[0]).toBe(String(container.securityContext.runAsUser))
-    expect(final.entrypoint).toEqual(["node", "--enable-source-maps", "dist/src/cli/main.js"])
+    expect(final.entrypoint).toEqual([
+      "node",
+      "--max-semi-space-size=16",
+      "--enable-source-maps",
+      "dist/src/cli/main.js",
+    ])
     expect(final.cmd).toEqual(container.args)
     const app = final.hostPath(final.workdir)
     expect(existsSync(join(app, "deploy/member/clusterrole.yaml")), "register reads deploy/ at runtime").toBe(
