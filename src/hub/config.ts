@@ -154,6 +154,12 @@ export const hubSettings = {
     "32",
     "members whose caches may be listing at once while they engage (the rest wait their turn, so a hub start is no burst of every member's LISTs at once)",
   ),
+  maxConcurrentStatusWrites: setting(
+    "max-concurrent-status-writes",
+    int(1, 10_000),
+    "32",
+    "hub-wide cap on MemberCluster status writes in flight (the rest wait, bad news first, and write their latest status once served); keep it well below the hub API server's HTTP/2 streams per connection (100 on kube-apiserver) so the hub's other requests find streams",
+  ),
   workersPerMember: setting("workers-per-member", int(1, 256), "4", "reconcile workers per member"),
   probeIntervalMs: setting(
     "probe-interval",

@@ -8,6 +8,7 @@ import type { FleetCheckView } from "../api/fleet.ts"
 import { hubLeaseName, placementLeaseName } from "../api/names.ts"
 import type { AccessProviders } from "../clusterprofile/provider-file.ts"
 import { makeGlobalLimit } from "../engine/global-limit.ts"
+import { makePriorityLimit } from "../engine/priority-limit.ts"
 import { type KubeClient, makeKubeClient } from "../kube/client.ts"
 import { gateWrites } from "../kube/write-gate.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
@@ -28,6 +29,7 @@ import { runPlacementMirror } from "./placement/mirror.ts"
 import { type Registration, runRegistration } from "./registration.ts"
 import { type ServingCert, tlsServerOptions, watchServingFiles } from "./serving/serving-cert.ts"
 import { describeShare, makeSharding, type Sharding, unshardedFence } from "./sharding/shards.ts"
+import { statusNewsClasses } from "./status-news.ts"
 
 export interface HubOptions {
   readonly config: HubConfig
@@ -223,6 +225,11 @@ export const runHub = Effect.fnUntraced(function* (
 
   const globalLimit = yield* makeGlobalLimit(config.maxConcurrentReconciles, metrics.addGlobalInflight)
   const syncLimit = yield* Semaphore.make(config.maxConcurrentSyncs)
+  const statusWrites = makePriorityLimit(config.maxConcurrentStatusWrites, statusNewsClasses, {
+    onWaiting: metrics.addStatusWritesWaiting,
+    onInUse: metrics.addStatusWritesInflight,
+    onServed: metrics.observeStatusWriteWait,
+  })
   let drainGrace = () => config.drainGraceMs
   const leaderWork = Effect.gen(function* () {
     leading = true
@@ -247,6 +254,7 @@ export const runHub = Effect.fnUntraced(function* (
       config,
       globalLimit,
       syncLimit,
+      statusWrites,
       members,
       metrics,
       reportingInstance: identity,
@@ -321,6 +329,7 @@ export const runHub = Effect.fnUntraced(function* (
         config,
         globalLimit,
         syncLimit,
+        statusWrites,
         members,
         metrics,
         reportingInstance: identity,

@@ -6,6 +6,7 @@ import { Clock, Deferred, Effect, Exit, Option, Queue, Scope, Semaphore } from "
 import type { MemberCluster, MemberClusterStatus } from "../api/membercluster.ts"
 import { apiVersion } from "../api/names.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
+import type { PriorityLimit } from "../engine/priority-limit.ts"
 import {
   isAlreadyExists,
   isConflict,
@@ -32,6 +33,7 @@ import {
 import type { CredentialFeed } from "./member-credential.ts"
 import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
 import type { MemberFence } from "./sharding/shards.ts"
+import { newsOf, sameExceptProbeTime } from "./status-news.ts"
 
 /** The hub settings a member's life depends on (see config.ts for each one's meaning and default). */
 export type MemberSettings = Pick<
@@ -61,6 +63,11 @@ export interface MemberDeps {
    * into memory, instead of every member listing at once.
    */
   readonly syncLimit: Semaphore.Semaphore
+  /**
+   * Hub-wide permits for MemberCluster status writes, bad news first (see syncMemberClusterBounded):
+   * a wave that changes every member's status each round is not a thousand writes at once.
+   */
+  readonly statusWrites: PriorityLimit
   readonly settings: MemberSettings
   readonly metrics: FleetMetrics
   /** Drain grace when the member stops now: none once the lease is lost (see hub.ts). */
@@ -91,8 +98,11 @@ const memberClusterPath = (name: string, subresource?: string) =>
 /** The probe time alone changing is not worth a write every status interval: it is refreshed this often. */
 export const probeTimeRefreshMs = 60_000
 
-const sameExceptProbeTime = (a: MemberClusterStatus | undefined, b: MemberClusterStatus | undefined) =>
-  jsonEqual({ ...a, lastProbeTime: undefined }, { ...b, lastProbeTime: undefined })
+/** Whether a status the hub wrote (seen) must be written again: it changed, or its probe time is due. */
+const writeDue = (seen: NonNullable<MemberEntry["lastSeen"]>, desired: MemberClusterStatus, now: number) =>
+  now - seen.at >= probeTimeRefreshMs ||
+  probeTimeStale(desired, seen.status) ||
+  !sameExceptProbeTime(desired, seen.status)
 
 /**
  * Creates the MemberCluster when missing, keeps its labels equal to the Secret's, and writes the status
@@ -141,8 +151,7 @@ const syncOnce = Effect.fnUntraced(function* (
   const seen = entry.lastSeen
   if (seen !== undefined && jsonEqual(seen.labels, entry.labels)) {
     const desired = memberClusterStatus(entry, seen.status, now, views)
-    const due = now - seen.at >= probeTimeRefreshMs || probeTimeStale(desired, seen.status)
-    if (!due && sameExceptProbeTime(desired, seen.status)) {
+    if (!writeDue(seen, desired, now)) {
       entry.lastStatus = desired
       return
     }
@@ -208,6 +217,34 @@ const syncOnce = Effect.fnUntraced(function* (
   if (!sameExceptProbeTime(desired, current.status) || probeTimeStale(desired, current.status))
     current = yield* writeStatus(hubClient, entry.name, current.metadata.resourceVersion, desired)
   remember(entry, desired, current, now)
+})
+
+/**
+ * The member's status round under the hub-wide bound on MemberCluster status writes (ADR 0010,
+ * 2026-12-01 addendum). A round with nothing to write takes no permit. One with something to write
+ * waits for a permit in the class its news deserves (status-news.ts: bad news first), and only once it
+ * holds one builds the status it writes, from the member's state and `views()` as they are then: a
+ * member that waited writes its latest state once, never a backlog of stale ones. A member stopped
+ * while it waits (its scope closed) gives its place up.
+ */
+export const syncMemberClusterBounded = Effect.fnUntraced(function* (
+  hubClient: KubeClient,
+  entry: MemberEntry,
+  statusWrites: PriorityLimit,
+  views: () => ReadonlyArray<CheckView>,
+) {
+  const now = yield* Clock.currentTimeMillis
+  const seen = entry.lastSeen
+  const written = seen?.status ?? entry.lastStatus
+  const desired = memberClusterStatus(entry, written, now, views())
+  if (seen !== undefined && jsonEqual(seen.labels, entry.labels) && !writeDue(seen, desired, now)) {
+    entry.lastStatus = desired
+    return
+  }
+  yield* statusWrites.withPermit(
+    newsOf(written, desired),
+    Effect.suspend(() => syncMemberCluster(hubClient, entry, views())),
+  )
 })
 
 /** Whether the written probe time is a refresh period behind the desired one (or missing). */
@@ -586,6 +623,37 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   let views: ReadonlyArray<CheckView> = []
   let viewsUnseen: string | undefined
   const restartsSeen = new Map<string, number>()
+  // The same views the fleet API shows: Unknown while unreachable or not verified for this spec. Asked
+  // again once a status write holds its permit, so what it writes is the state then.
+  const currentViews = () => {
+    const unseen = JSON.stringify(unseenBecause(entry) ?? null)
+    if (checksChanged || unseen !== viewsUnseen) {
+      checksChanged = false
+      viewsUnseen = unseen
+      views = checkViews(entry)
+      for (const c of exporting ? views : []) {
+        metrics.setCheckVerified(
+          entry.name,
+          c.namespace,
+          c.name,
+          c.status,
+          c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
+        )
+      }
+      // A fact of each check's last finished run (ADR 0009), so it changes only with the checks.
+      for (const c of exporting ? entry.checks() : []) {
+        const run = c.status === undefined ? undefined : lastFinishedRun(c.status)
+        const age = run === undefined ? undefined : measureRun(run).dataAgeMs
+        metrics.setCheckRecoveryPointAge(
+          entry.name,
+          c.metadata.namespace ?? "",
+          c.metadata.name,
+          age === undefined ? undefined : age / 1000,
+        )
+      }
+    }
+    return views
+  }
   const statusLoop = Effect.gen(function* () {
     while (true) {
       const now = yield* Clock.currentTimeMillis
@@ -625,44 +693,20 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
           restartsSeen.set(resource, informer.watchRestarts)
         }
       }
-      // The same views the fleet API shows: Unknown while unreachable or not verified for this spec.
-      const unseen = JSON.stringify(unseenBecause(entry) ?? null)
-      if (checksChanged || unseen !== viewsUnseen) {
-        checksChanged = false
-        viewsUnseen = unseen
-        views = checkViews(entry)
-        for (const c of exporting ? views : []) {
-          metrics.setCheckVerified(
-            entry.name,
-            c.namespace,
-            c.name,
-            c.status,
-            c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
-          )
-        }
-        // A fact of each check's last finished run (ADR 0009), so it changes only with the checks.
-        for (const c of exporting ? entry.checks() : []) {
-          const run = c.status === undefined ? undefined : lastFinishedRun(c.status)
-          const age = run === undefined ? undefined : measureRun(run).dataAgeMs
-          metrics.setCheckRecoveryPointAge(
-            entry.name,
-            c.metadata.namespace ?? "",
-            c.metadata.name,
-            age === undefined ? undefined : age / 1000,
-          )
-        }
-      }
       // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
       // Only the replica working the member writes it (its writes fenced by the member's Lease).
       if (owned)
-        yield* syncMemberCluster(deps.hubClient, entry, views).pipe(
+        yield* syncMemberClusterBounded(deps.hubClient, entry, deps.statusWrites, currentViews).pipe(
           Effect.catch((e) =>
             Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
               Effect.annotateLogs({ error: e.message }),
             ),
           ),
         )
-      else delete entry.lastSeen
+      else {
+        currentViews()
+        delete entry.lastSeen
+      }
       yield* Effect.sleep(timings.statusIntervalMs)
     }
   })

@@ -56,6 +56,7 @@ import type { AccessProviders } from "../clusterprofile/provider-file.ts"
 import { runController } from "../engine/controller.ts"
 import type { GlobalLimit } from "../engine/global-limit.ts"
 import { makeInformer } from "../engine/informer/informer.ts"
+import type { PriorityLimit } from "../engine/priority-limit.ts"
 import { ItemExponentialFailureRateLimiter } from "../engine/workqueue/rate-limiter.ts"
 import { makeWorkQueue } from "../engine/workqueue/workqueue.ts"
 import { isNotFound, type KubeClient } from "../kube/client.ts"
@@ -96,6 +97,8 @@ export interface RegistrationOptions {
   readonly globalLimit: GlobalLimit
   /** Members whose caches may be listing at once (see member.ts): engagement is staggered by it. */
   readonly syncLimit: Semaphore.Semaphore
+  /** The hub-wide bound on the members' MemberCluster status writes (see member.ts). */
+  readonly statusWrites: PriorityLimit
   readonly members: Map<string, MemberEntry>
   readonly metrics: FleetMetrics
   /** How long a stopping member may drain, asked when it stops (none once its lease is lost). */
@@ -636,6 +639,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               hubClient: options.hubClientFor(name),
               globalLimit: options.globalLimit,
               syncLimit: options.syncLimit,
+              statusWrites: options.statusWrites,
               settings: config,
               metrics,
               drainGraceMs: () => options.drainGraceMs(name),

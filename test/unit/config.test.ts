@@ -67,6 +67,7 @@ describe("hub configuration", () => {
       "leader-elect-retry-period": "4s",
       "max-concurrent-reconciles": "7",
       "max-concurrent-syncs": "5",
+      "max-concurrent-status-writes": "16",
       "workers-per-member": "3",
       "probe-interval": "1m30s",
       "probe-failure-threshold": "5",

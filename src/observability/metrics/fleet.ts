@@ -50,9 +50,18 @@ export interface FleetGauges {
     seconds: number | undefined,
   ): void
   addGlobalInflight(delta: number): void
+  /** MemberCluster status writes waiting for a permit of the hub-wide bound (+1 / −1). */
+  addStatusWritesWaiting(delta: number): void
+  /** MemberCluster status writes holding a permit (+1 / −1). */
+  addStatusWritesInflight(delta: number): void
+  /** How long a MemberCluster status write waited for its permit. */
+  observeStatusWriteWait(seconds: number): void
   /** The per-check families in the text format, written a slice at a time (see check-series.ts). */
   renderChecks(): Promise<string>
 }
+
+/** A status write waits for none to a few status rounds, longer when the hub API server is slow. */
+export const statusWriteWaitBuckets = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
 
 /** Restores take seconds to hours: 1 s to 8 h. */
 export const restoreDurationBuckets = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800]
@@ -126,6 +135,31 @@ export const makeFleetGauges = (
     },
     registry,
   ).series({})
+
+  // the hub-wide bound on MemberCluster status writes (ADR 0010, 2026-12-01 addendum)
+  const statusWritesWaiting = fastGauge(
+    {
+      name: "fleetcheck_member_cluster_status_writes_waiting",
+      help: "MemberCluster status writes waiting for a permit of the hub-wide bound",
+      labelNames: [],
+    },
+    registry,
+  ).series({})
+  const statusWritesInflight = fastGauge(
+    {
+      name: "fleetcheck_member_cluster_status_writes_inflight",
+      help: "MemberCluster status writes holding a permit of the hub-wide bound",
+      labelNames: [],
+    },
+    registry,
+  ).series({})
+  const statusWriteWait = new Histogram({
+    name: "fleetcheck_member_cluster_status_write_wait_seconds",
+    help: "How long each MemberCluster status write waited for a permit of the hub-wide bound",
+    labelNames: [],
+    buckets: statusWriteWaitBuckets,
+    registers,
+  })
 
   // keyed on {cluster} and {cluster, resource}
   const perMember: ReadonlyArray<Gauge | Counter | Histogram> = [
@@ -224,6 +258,15 @@ export const makeFleetGauges = (
     setCheckRecoveryPointAge: checkSeries.setRecoveryPointAge,
     addGlobalInflight: (delta) => {
       if (Number.isFinite(delta)) globalInflight.value += delta
+    },
+    addStatusWritesWaiting: (delta) => {
+      if (Number.isFinite(delta)) statusWritesWaiting.value += delta
+    },
+    addStatusWritesInflight: (delta) => {
+      if (Number.isFinite(delta)) statusWritesInflight.value += delta
+    },
+    observeStatusWriteWait: (seconds) => {
+      if (Number.isFinite(seconds) && seconds >= 0) statusWriteWait.observe(seconds)
     },
     renderChecks: checkSeries.render,
   }

@@ -70,7 +70,7 @@ export interface FleetMetrics
   forgetMember(cluster: string): void
   /**
    * Removes every per-cluster, per-check and per-FleetBackupCheck series (every cluster forgotten), as
-   * when the hub loses leadership. Hub-wide series stay: fleetcheck_reconcile_global_inflight keeps counting held permits.
+   * when the hub loses leadership. Hub-wide series stay: fleetcheck_reconcile_global_inflight and the status-write gauges keep counting held permits.
    */
   forgetAll(): void
 }
@@ -178,5 +178,8 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
     },
     setCheckRecoveryPointAge: fleet.setCheckRecoveryPointAge,
     addGlobalInflight: fleet.addGlobalInflight,
+    addStatusWritesWaiting: fleet.addStatusWritesWaiting,
+    addStatusWritesInflight: fleet.addStatusWritesInflight,
+    observeStatusWriteWait: fleet.observeStatusWriteWait,
   }
 }
