@@ -222,28 +222,35 @@ const syncOnce = Effect.fnUntraced(function* (
 /**
  * The member's status round under the hub-wide bound on MemberCluster status writes (ADR 0010,
  * 2026-12-01 addendum). A round with nothing to write takes no permit. One with something to write
- * waits for a permit in the class its news deserves (status-news.ts: bad news first), and only once it
- * holds one builds the status it writes, from the member's state and `views()` as they are then: a
- * member that waited writes its latest state once, never a backlog of stale ones. A member stopped
- * while it waits (its scope closed) gives its place up.
+ * waits for a permit in the class its news deserves (status-news.ts: bad news first), looking again
+ * every `recheckMs` while it waits (news that turned bad moves it up), and only once it holds a permit
+ * builds the status it writes, from the member's state and `views()` as they are then: a member that
+ * waited writes its latest state once, never a backlog of stale ones. A member stopped while it waits
+ * (its scope closed) gives its place up.
  */
 export const syncMemberClusterBounded = Effect.fnUntraced(function* (
   hubClient: KubeClient,
   entry: MemberEntry,
   statusWrites: PriorityLimit,
   views: () => ReadonlyArray<CheckView>,
+  recheckMs: number,
 ) {
+  const news = (now: number) => {
+    const written = entry.lastSeen?.status ?? entry.lastStatus
+    const desired = memberClusterStatus(entry, written, now, views())
+    return { desired, news: newsOf(written, desired) }
+  }
   const now = yield* Clock.currentTimeMillis
   const seen = entry.lastSeen
-  const written = seen?.status ?? entry.lastStatus
-  const desired = memberClusterStatus(entry, written, now, views())
-  if (seen !== undefined && jsonEqual(seen.labels, entry.labels) && !writeDue(seen, desired, now)) {
-    entry.lastStatus = desired
+  const first = news(now)
+  if (seen !== undefined && jsonEqual(seen.labels, entry.labels) && !writeDue(seen, first.desired, now)) {
+    entry.lastStatus = first.desired
     return
   }
   yield* statusWrites.withPermit(
-    newsOf(written, desired),
+    first.news,
     Effect.suspend(() => syncMemberCluster(hubClient, entry, views())),
+    { everyMs: recheckMs, priority: Effect.map(Clock.currentTimeMillis, (t) => news(t).news) },
   )
 })
 
@@ -696,7 +703,13 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
       // Only the replica working the member writes it (its writes fenced by the member's Lease).
       if (owned)
-        yield* syncMemberClusterBounded(deps.hubClient, entry, deps.statusWrites, currentViews).pipe(
+        yield* syncMemberClusterBounded(
+          deps.hubClient,
+          entry,
+          deps.statusWrites,
+          currentViews,
+          timings.statusIntervalMs,
+        ).pipe(
           Effect.catch((e) =>
             Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
               Effect.annotateLogs({ error: e.message }),

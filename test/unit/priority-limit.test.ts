@@ -3,6 +3,7 @@
 // interrupted waiter gives its place up.
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber } from "effect"
+import { TestClock } from "effect/testing"
 import { makePriorityLimit } from "../../src/engine/priority-limit.ts"
 
 const counting = () => {
@@ -98,6 +99,62 @@ describe("priority limit", () => {
       yield* Effect.forEach(fibers, Fiber.join)
       assert.deepStrictEqual(order, ["worse-1", "worse-2", "change-1", "change-2", "refresh-1", "refresh-2"])
     }),
+  )
+
+  it.effect(
+    "a waiter whose priority rises moves up at its next look, to the back of its new class; never down",
+    () =>
+      Effect.gen(function* () {
+        const limit = makePriorityLimit(1, 3, counting().hooks)
+        const gate = Deferred.makeUnsafe<void>()
+        const order: string[] = []
+        const holder = yield* Effect.forkChild(limit.withPermit(0, Deferred.await(gate)))
+        yield* settle
+        let risingTo = 2
+        let fallingTo = 0
+        const fibers = [
+          yield* Effect.forkChild(
+            limit.withPermit(
+              1,
+              Effect.sync(() => void order.push("change")),
+            ),
+          ),
+          yield* Effect.forkChild(
+            limit.withPermit(
+              0,
+              Effect.sync(() => void order.push("worse")),
+            ),
+          ),
+          yield* Effect.forkChild(
+            limit.withPermit(
+              2,
+              Effect.sync(() => void order.push("rising")),
+              {
+                everyMs: 1_000,
+                priority: Effect.sync(() => risingTo),
+              },
+            ),
+          ),
+          yield* Effect.forkChild(
+            limit.withPermit(
+              0,
+              Effect.sync(() => void order.push("falling")),
+              {
+                everyMs: 1_000,
+                priority: Effect.sync(() => fallingTo),
+              },
+            ),
+          ),
+        ]
+        yield* settle
+        risingTo = 0
+        fallingTo = 2
+        yield* TestClock.adjust(1_000)
+        yield* settle
+        yield* Deferred.succeed(gate, undefined)
+        yield* Effect.forEach([holder, ...fibers], Fiber.join)
+        assert.deepStrictEqual(order, ["worse", "falling", "rising", "change"])
+      }),
   )
 
   it.effect("a permit given back goes to a waiter, not to a newcomer", () =>

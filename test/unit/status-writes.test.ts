@@ -3,6 +3,7 @@
 // latest status once. The hub API is a small in-memory stand-in whose status PATCHes can be held.
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber } from "effect"
+import { TestClock } from "effect/testing"
 import type { MemberCluster, MemberClusterStatus } from "../../src/api/membercluster.ts"
 import { makePriorityLimit } from "../../src/engine/priority-limit.ts"
 import { checkViews, type MemberEntry, newMemberEntry } from "../../src/hub/fleet-state.ts"
@@ -94,69 +95,76 @@ const connectedMessage = (s: MemberClusterStatus) =>
   s.conditions?.find((c) => c.type === "Connected")?.message ?? ""
 
 describe("MemberCluster status writes under the hub-wide bound", () => {
-  it.effect("bad news first, the rest in arrival order, each member's latest status written once", () =>
-    Effect.gen(function* () {
-      const hub = fakeHub()
-      const limit = makePriorityLimit(1, statusNewsClasses, {
-        onWaiting: () => {},
-        onInUse: () => {},
-        onServed: () => {},
-      })
-      const names = ["a", "b", "c", "quiet", "x"]
-      const members = new Map(names.map((n) => [n, healthyMember(n)]))
-      const round = (name: string) => {
-        const m = members.get(name)!
-        return syncMemberClusterBounded(hub.client, m, limit, () => checkViews(m))
-      }
-      // Every member written once, as at engagement.
-      for (const name of names) yield* round(name)
-      hub.statusWrites.length = 0
+  it.effect(
+    "bad news first (also news that turned bad while waiting), the rest in arrival order, each member's latest status written once",
+    () =>
+      Effect.gen(function* () {
+        const hub = fakeHub()
+        const limit = makePriorityLimit(1, statusNewsClasses, {
+          onWaiting: () => {},
+          onInUse: () => {},
+          onServed: () => {},
+        })
+        const names = ["a", "b", "c", "quiet", "x"]
+        const members = new Map(names.map((n) => [n, healthyMember(n)]))
+        const round = (name: string) => {
+          const m = members.get(name)!
+          return syncMemberClusterBounded(hub.client, m, limit, () => checkViews(m), 1_000)
+        }
+        // Every member written once, as at engagement.
+        for (const name of names) yield* round(name)
+        hub.statusWrites.length = 0
 
-      hub.hold()
-      // a, b and c have news that is not bad (a new version in Connected's message): a writes (held),
-      // b and c wait.
-      for (const name of ["a", "b", "c"]) members.get(name)!.probe.kubernetesVersion = "v1.37.1"
-      const waiting = []
-      for (const name of ["a", "b", "c"]) {
-        waiting.push(yield* Effect.forkChild(round(name)))
-        yield* settle
-      }
-      assert.deepStrictEqual(
-        hub.statusWrites.map((w) => w.name),
-        ["a"],
-      )
-      assert.strictEqual(limit.waiting(), 2)
-      // A round with nothing to write takes no permit: it ends while every permit is held.
-      const quiet = yield* Effect.forkChild(round("quiet"))
-      yield* settle
-      assert.isDefined(quiet.pollUnsafe(), "the unchanged member's round did not wait")
-      // x becomes unreachable while the others wait: its write goes before b's and c's.
-      members.get("x")!.probe.connected = false
-      waiting.push(yield* Effect.forkChild(round("x")))
-      yield* settle
-      // b's news moves on while it waits: it writes the newest once.
-      members.get("b")!.probe.kubernetesVersion = "v1.37.2"
-      for (let i = 0; i < 4; i++) {
-        hub.release()
         hub.hold()
+        // a, b and c have news that is not bad (a new version in Connected's message): a writes (held),
+        // b and c wait.
+        for (const name of ["a", "b", "c"]) members.get(name)!.probe.kubernetesVersion = "v1.37.1"
+        const waiting = []
+        for (const name of ["a", "b", "c"]) {
+          waiting.push(yield* Effect.forkChild(round(name)))
+          yield* settle
+        }
+        assert.deepStrictEqual(
+          hub.statusWrites.map((w) => w.name),
+          ["a"],
+        )
+        assert.strictEqual(limit.waiting(), 2)
+        // A round with nothing to write takes no permit: it ends while every permit is held.
+        const quiet = yield* Effect.forkChild(round("quiet"))
         yield* settle
-      }
-      hub.release()
-      yield* Effect.forEach(waiting, Fiber.join)
-      assert.deepStrictEqual(
-        hub.statusWrites.map((w) => w.name),
-        ["a", "x", "b", "c"],
-      )
-      const written = Object.fromEntries(hub.statusWrites.map((w) => [w.name, connectedMessage(w.status)]))
-      assert.include(written.b!, "v1.37.2", "b wrote the status it had when served")
-      assert.include(written.c!, "v1.37.1")
-      assert.strictEqual(
-        hub.statusWrites.find((w) => w.name === "x")?.status.conditions?.find((c) => c.type === "Connected")
-          ?.status,
-        "False",
-      )
-      assert.strictEqual(limit.inUse(), 0)
-    }),
+        assert.isDefined(quiet.pollUnsafe(), "the unchanged member's round did not wait")
+        // x becomes unreachable while the others wait: its write goes before b's and c's.
+        members.get("x")!.probe.connected = false
+        waiting.push(yield* Effect.forkChild(round("x")))
+        yield* settle
+        // b's news moves on while it waits: it writes the newest once.
+        members.get("b")!.probe.kubernetesVersion = "v1.37.2"
+        // c turns unreachable while it waits: at its next look (a status interval on) it moves up, behind x.
+        members.get("c")!.probe.connected = false
+        yield* TestClock.adjust(1_000)
+        yield* settle
+        for (let i = 0; i < 4; i++) {
+          hub.release()
+          hub.hold()
+          yield* settle
+        }
+        hub.release()
+        yield* Effect.forEach(waiting, Fiber.join)
+        assert.deepStrictEqual(
+          hub.statusWrites.map((w) => w.name),
+          ["a", "x", "c", "b"],
+        )
+        const written = Object.fromEntries(hub.statusWrites.map((w) => [w.name, connectedMessage(w.status)]))
+        assert.include(written.b!, "v1.37.2", "b wrote the status it had when served")
+        for (const name of ["x", "c"])
+          assert.strictEqual(
+            hub.statusWrites
+              .find((w) => w.name === name)
+              ?.status.conditions?.find((c) => c.type === "Connected")?.status,
+            "False",
+          )
+        assert.strictEqual(limit.inUse(), 0)
+      }),
   )
 })
 
