@@ -21,8 +21,9 @@ import { hubLeaseName } from "../../src/api/names.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { leases, pathOf } from "../../src/kube/resources.ts"
 import { backupCheck } from "../support/backupcheck.ts"
-import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { fastConfig, hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
 import { scripted } from "../support/scripted-server.ts"
+import { startProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const ns = "apps"
@@ -372,119 +373,102 @@ describe("hub wiring", () => {
     }
   }, 120_000)
 
-  it("renews its Lease while more MemberCluster writes hang on the hub API server than one connection has streams", async () => {
-    // The hub API server's stream limit per HTTP/2 connection, as it announces it to any client.
-    const streamLimit = await new Promise<number>((resolve, reject) => {
-      const session = http2.connect(hubCluster.server, { ca: hubCluster.caPem })
-      session.once("remoteSettings", (settings) => {
-        resolve(settings.maxConcurrentStreams ?? 100)
-        session.close()
-      })
-      session.once("error", reject)
-    })
-    // More members than that, in a hub namespace of their own, all at one stand-in API server answering
-    // 403 with a message that changes on cue: then every member's MemberCluster status changes at once.
-    const count = streamLimit + 10
+  /**
+   * More members than the hub API server's HTTP/2 connection has streams, in a hub namespace of their
+   * own, all at one stand-in API server answering 403 with a message that changes on cue (then every
+   * member's MemberCluster status changes at once), and a validating webhook that holds the status
+   * writes of their MemberClusters while `hold` is on. One set of members for the cases below.
+   */
+  describe("MemberCluster status writes held by the hub API server", () => {
     const namespace = "lease-conn"
     const heldLabel = "lease-conn.fleetcheck.test/held"
-    let phase = 1
-    const members = await scripted(
-      (_req, res) => {
-        res.writeHead(403, { "content-type": "application/json" })
-        res.end(
-          JSON.stringify({
-            kind: "Status",
-            apiVersion: "v1",
-            status: "Failure",
-            reason: "Forbidden",
-            code: 403,
-            message: `stand-in API server, phase ${phase}`,
-          }),
-        )
-      },
-      { tls: true },
-    )
-    // A validating webhook that holds every status write of those MemberClusters until released.
+    const webhookName = "hold-member-status.lease-conn.fleetcheck.test"
+    const webhooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    const secrets = `/api/v1/namespaces/${namespace}/secrets`
     const fixture = (f: string) =>
       readFileSync(new URL(`../support/fixtures/scripted-tls/${f}`, import.meta.url))
+    let streamLimit = 0
+    let count = 0
+    let names: string[] = []
+    let phase = 1
+    let members: Awaited<ReturnType<typeof scripted>>
+    // The webhook: reviews it is holding (allow one to answer it), those the API server waits for now
+    // (it gives up on one after the webhook's timeout), the most waited for at once, and the objects
+    // in the order their reviews arrived.
+    let holding = false
     const held: Array<() => void> = []
-    let released = false
+    const pending = new Set<object>()
+    let mostHeld = 0
+    const arrivals: string[] = []
     const webhook = createHttpsServer(
       { cert: fixture("server.crt"), key: fixture("server.key") },
       (req, res) => {
+        pending.add(req)
+        mostHeld = Math.max(mostHeld, pending.size)
+        res.once("close", () => pending.delete(req))
         let body = ""
         req.on("data", (chunk: Buffer) => {
           body += chunk.toString("utf8")
         })
         req.on("end", () => {
-          const uid = (JSON.parse(body) as { request: { uid: string } }).request.uid
+          const review = JSON.parse(body) as { request: { uid: string; name: string } }
+          arrivals.push(review.request.name)
           const allow = () =>
             res.end(
               JSON.stringify({
                 apiVersion: "admission.k8s.io/v1",
                 kind: "AdmissionReview",
-                response: { uid, allowed: true },
+                response: { uid: review.request.uid, allowed: true },
               }),
             )
-          if (released) allow()
-          else held.push(allow)
+          if (holding) held.push(allow)
+          else allow()
         })
       },
     )
-    // The reviews the API server is waiting for now (it gives up on one after the webhook's timeout).
-    const pending = new Set<object>()
-    webhook.on("request", (req, res) => {
-      pending.add(req)
-      res.once("close", () => pending.delete(req))
-    })
-    await new Promise<void>((r) => webhook.listen(0, "127.0.0.1", r))
-    const webhookName = "hold-member-status.lease-conn.fleetcheck.test"
-    const webhooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-    const secrets = `/api/v1/namespaces/${namespace}/secrets`
-    const names = Array.from({ length: count }, (_, i) => `lease-conn-${String(i).padStart(3, "0")}`)
-    let hub: RunningHub | undefined
-    try {
+    const releaseAll = () => {
+      holding = false
+      for (const allow of held.splice(0)) allow()
+    }
+    const statuses = async () =>
+      (await hubCluster.api("GET", `/apis/fleetcheck.io/v1alpha1/memberclusters?labelSelector=${heldLabel}`))
+        .body.items as Array<{
+        metadata: { name: string }
+        status?: { conditions?: Array<{ type: string; status: string }> }
+      }>
+    const registerSecret = async (name: string, kubeconfig: string, scope: string) =>
       expect(
-        (await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: namespace } })).status,
-      ).toBe(201)
-      for (const name of names)
-        expect(
-          (
-            await hubCluster.api("POST", secrets, {
-              apiVersion: "v1",
-              kind: "Secret",
-              metadata: {
-                name,
-                namespace,
-                labels: { "fleetcheck.io/kubeconfig": "true", [heldLabel]: "true" },
-                // One namespace each: the same server twice would be a duplicate registration.
-                annotations: { "fleetcheck.io/namespaces": name },
-              },
-              data: { kubeconfig: Buffer.from(members.kubeconfig).toString("base64") },
-            })
-          ).status,
-        ).toBe(201)
-      const leaseTimings = { leaseDurationMs: 4_000, renewDeadlineMs: 3_000, retryPeriodMs: 500 }
-      hub = await startHub(hubCluster, {
-        namespace,
-        leaderElect: true,
-        ...leaseTimings,
-        maxConcurrentSyncs: count,
-      })
-      hubs.push(hub)
-      const statuses = async () =>
         (
-          await hubCluster.api(
-            "GET",
-            `/apis/fleetcheck.io/v1alpha1/memberclusters?labelSelector=${heldLabel}`,
-          )
-        ).body.items as Array<{ status?: unknown }>
-      await waitUntil("every member's status written with phase 1", 60_000, async () => {
-        const items = await statuses()
-        return (
-          items.length === count && items.every((m) => JSON.stringify(m.status ?? {}).includes("phase 1"))
-        )
-      })
+          await hubCluster.api("POST", secrets, {
+            apiVersion: "v1",
+            kind: "Secret",
+            metadata: {
+              name,
+              namespace,
+              labels: { "fleetcheck.io/kubeconfig": "true", [heldLabel]: "true" },
+              // One namespace each: the same server twice would be a duplicate registration.
+              annotations: { "fleetcheck.io/namespaces": scope },
+            },
+            data: { kubeconfig: Buffer.from(kubeconfig).toString("base64") },
+          })
+        ).status,
+      ).toBe(201)
+    const unregister = async (name: string) => {
+      await hubCluster.api("DELETE", `${secrets}/${name}`)
+      await apiRequest(
+        hubCluster.server,
+        hubCluster.caPem,
+        hubCluster.adminToken,
+        "PATCH",
+        `${secrets}/${name}`,
+        { metadata: { finalizers: null } },
+        "application/merge-patch+json",
+      )
+    }
+    /** Holds every status write of the members' MemberClusters until `release` (removes the webhook too). */
+    const holdStatusWrites = async () => {
+      holding = true
+      mostHeld = 0
       expect(
         (
           await hubCluster.api("POST", webhooks, {
@@ -516,67 +500,194 @@ describe("hub wiring", () => {
           })
         ).status,
       ).toBe(201)
-      // Every member's status changes: once the API server has picked the webhook up (within a moment;
-      // the phase moves on until it has), each member's next write is held.
+      return async () => {
+        releaseAll()
+        await hubCluster.api("DELETE", `${webhooks}/${webhookName}`)
+      }
+    }
+    /**
+     * Moves every stand-in member's status on until `enough` writes are held: once the API server has
+     * picked the webhook up (within a moment; the phase moves on until it has), each member's next
+     * write is held.
+     */
+    const changeUntilHeld = async (enough: number) => {
       let nextPhaseAt = 0
       await waitUntil(
-        `${streamLimit - 10}+ status writes held`,
+        `${enough}+ status writes held`,
         40_000,
         () => {
           if (Date.now() >= nextPhaseAt) {
             phase++
             nextPhaseAt = Date.now() + 3_000
           }
-          return pending.size >= streamLimit - 10
+          return pending.size >= enough
         },
         50,
       )
-      // The observer: the Lease as the hub API server has it, read every 100 ms for three renew deadlines.
-      const leasePath = pathOf(leases, { namespace, name: hubLeaseName })
-      const renewals: number[] = []
-      const holders = new Set<string>()
-      let mostHeld = 0
-      const until = Date.now() + 3 * leaseTimings.renewDeadlineMs
-      while (Date.now() < until) {
-        const spec = (await hubCluster.api("GET", leasePath)).body.spec
-        holders.add(spec.holderIdentity)
-        const renewed = Date.parse(spec.renewTime)
-        if (renewed !== renewals.at(-1)) renewals.push(renewed)
-        mostHeld = Math.max(mostHeld, pending.size)
-        await sleep(100)
-      }
-      const gaps = renewals.slice(1).map((t, i) => t - renewals[i]!)
-      gaps.push(Date.now() - renewals.at(-1)!)
-      process.stderr.write(
-        `[lease-conn] ${count} members, stream limit ${streamLimit}, up to ${mostHeld} status writes held at once: ${renewals.length} renewals in ${3 * leaseTimings.renewDeadlineMs} ms, longest gap ${Math.max(...gaps)} ms\n`,
-      )
-      expect(pending.size, "the writes still held at the end").toBeGreaterThanOrEqual(streamLimit - 10)
-      expect([...holders]).toEqual([hub.identity])
-      expect(Math.max(...gaps)).toBeLessThan(leaseTimings.renewDeadlineMs)
-    } finally {
-      released = true
-      for (const allow of held.splice(0)) allow()
-      await hubCluster.api("DELETE", `${webhooks}/${webhookName}`)
-      if (hub) {
-        await hub.stop()
-        hubs.pop()
-      }
-      for (const name of names) {
-        await hubCluster.api("DELETE", `${secrets}/${name}`)
-        await apiRequest(
-          hubCluster.server,
-          hubCluster.caPem,
-          hubCluster.adminToken,
-          "PATCH",
-          `${secrets}/${name}`,
-          { metadata: { finalizers: null } },
-          "application/merge-patch+json",
+    }
+    const writtenWithPhase = async () =>
+      waitUntil(`every member's status written with phase ${phase}`, 60_000, async () => {
+        const items = (await statuses()).filter((m) => names.includes(m.metadata.name))
+        return (
+          items.length === count &&
+          items.every((m) => JSON.stringify(m.status ?? {}).includes(`phase ${phase}`))
         )
-      }
+      })
+
+    beforeAll(async () => {
+      // The hub API server's stream limit per HTTP/2 connection, as it announces it to any client.
+      streamLimit = await new Promise<number>((resolve, reject) => {
+        const session = http2.connect(hubCluster.server, { ca: hubCluster.caPem })
+        session.once("remoteSettings", (settings) => {
+          resolve(settings.maxConcurrentStreams ?? 100)
+          session.close()
+        })
+        session.once("error", reject)
+      })
+      count = streamLimit + 10
+      names = Array.from({ length: count }, (_, i) => `lease-conn-${String(i).padStart(3, "0")}`)
+      members = await scripted(
+        (_req, res) => {
+          res.writeHead(403, { "content-type": "application/json" })
+          res.end(
+            JSON.stringify({
+              kind: "Status",
+              apiVersion: "v1",
+              status: "Failure",
+              reason: "Forbidden",
+              code: 403,
+              message: `stand-in API server, phase ${phase}`,
+            }),
+          )
+        },
+        { tls: true },
+      )
+      await new Promise<void>((r) => webhook.listen(0, "127.0.0.1", r))
+      expect(
+        (await hubCluster.api("POST", "/api/v1/namespaces", { metadata: { name: namespace } })).status,
+      ).toBe(201)
+      for (const name of names) await registerSecret(name, members.kubeconfig, name)
+    })
+
+    afterAll(async () => {
+      releaseAll()
+      await hubCluster.api("DELETE", `${webhooks}/${webhookName}`)
+      for (const name of names) await unregister(name)
       await hubCluster.api("DELETE", `/apis/fleetcheck.io/v1alpha1/memberclusters?labelSelector=${heldLabel}`)
       webhook.closeAllConnections()
       await new Promise<void>((r) => webhook.close(() => r()))
-      await members.stop()
-    }
-  }, 180_000)
+      await members?.stop()
+    })
+
+    it("renews its Lease while more MemberCluster writes hang on the hub API server than one connection has streams", async () => {
+      const leaseTimings = { leaseDurationMs: 4_000, renewDeadlineMs: 3_000, retryPeriodMs: 500 }
+      // The bound on status writes lifted above the stream limit (as a user could): the hub's own
+      // requests then fill the connection, and the Lease must not care.
+      const hub = await startHub(hubCluster, {
+        namespace,
+        leaderElect: true,
+        ...leaseTimings,
+        maxConcurrentSyncs: count,
+        maxConcurrentStatusWrites: count,
+      })
+      hubs.push(hub)
+      let release: (() => Promise<void>) | undefined
+      try {
+        await writtenWithPhase()
+        release = await holdStatusWrites()
+        await changeUntilHeld(streamLimit - 10)
+        // The observer: the Lease as the hub API server has it, read every 100 ms for three renew deadlines.
+        const leasePath = pathOf(leases, { namespace, name: hubLeaseName })
+        const renewals: number[] = []
+        const holders = new Set<string>()
+        const until = Date.now() + 3 * leaseTimings.renewDeadlineMs
+        while (Date.now() < until) {
+          const spec = (await hubCluster.api("GET", leasePath)).body.spec
+          holders.add(spec.holderIdentity)
+          const renewed = Date.parse(spec.renewTime)
+          if (renewed !== renewals.at(-1)) renewals.push(renewed)
+          await sleep(100)
+        }
+        const gaps = renewals.slice(1).map((t, i) => t - renewals[i]!)
+        gaps.push(Date.now() - renewals.at(-1)!)
+        process.stderr.write(
+          `[lease-conn] ${count} members, stream limit ${streamLimit}, up to ${mostHeld} status writes held at once: ${renewals.length} renewals in ${3 * leaseTimings.renewDeadlineMs} ms, longest gap ${Math.max(...gaps)} ms\n`,
+        )
+        expect(pending.size, "the writes still held at the end").toBeGreaterThanOrEqual(streamLimit - 10)
+        expect([...holders]).toEqual([hub.identity])
+        expect(Math.max(...gaps)).toBeLessThan(leaseTimings.renewDeadlineMs)
+      } finally {
+        await release?.()
+        await hub.stop()
+        hubs.pop()
+      }
+    }, 180_000)
+
+    it("keeps at most --max-concurrent-status-writes in flight while the API server holds them, and writes bad news first", async () => {
+      const bound = defaultHubConfig.maxConcurrentStatusWrites
+      expect(bound).toBeLessThan(streamLimit)
+      // One more member, real, behind a proxy that can cut it off; its status does not move with the
+      // stand-in's phase, so it has nothing to write until it turns unreachable.
+      const proxy = await startProxy(Number(new URL(member.server).port))
+      const real = "lease-conn-real"
+      await registerSecret(
+        real,
+        renderKubeconfig(real, `https://127.0.0.1:${proxy.port}`, member.caPem, member.adminToken),
+        "status-writes-quiet",
+      )
+      const hub = await startHub(hubCluster, { namespace, maxConcurrentSyncs: count + 1 })
+      hubs.push(hub)
+      let release: (() => Promise<void>) | undefined
+      try {
+        phase++
+        await writtenWithPhase()
+        await waitUntil("the real member's MemberCluster Connected=True", 30_000, async () =>
+          (await statuses()).some(
+            (m) =>
+              m.metadata.name === real &&
+              m.status?.conditions?.some((c) => c.type === "Connected" && c.status === "True"),
+          ),
+        )
+        release = await holdStatusWrites()
+        await changeUntilHeld(bound)
+        // Cut the real member off while every permit is held by a held write and the others wait with
+        // news that is not bad (a new message). Its Connected turns False (the hub's own state is only
+        // the cue to go on; the order below is the evidence), and its next round waits, ahead of them.
+        proxy.cut("refuse")
+        await waitUntil(
+          "the hub to see the real member unreachable",
+          20_000,
+          () => hub.members.get(real)?.probe.connected === false,
+        )
+        await sleep(3 * fastConfig.statusIntervalMs)
+        expect(pending.size, "every permit still held by a held write").toBe(bound)
+        // One held write answered frees one permit: the next write to reach the API server is the
+        // real member's, before the backlog of members that waited longer.
+        const before = arrivals.length
+        held.shift()?.()
+        await waitUntil("the next status write to arrive", 20_000, () => arrivals.length > before)
+        const next = arrivals[before]
+        await release()
+        release = undefined
+        await waitUntil("the real member's MemberCluster Connected=False", 30_000, async () =>
+          (await statuses()).some(
+            (m) =>
+              m.metadata.name === real &&
+              m.status?.conditions?.some((c) => c.type === "Connected" && c.status === "False"),
+          ),
+        )
+        process.stderr.write(
+          `[status-writes] ${count + 1} members, bound ${bound}, stream limit ${streamLimit}: at most ${mostHeld} status writes held at once; first write after one was answered: ${next}\n`,
+        )
+        expect(mostHeld, "status writes in flight at the API server").toBeLessThanOrEqual(bound)
+        expect(next).toBe(real)
+      } finally {
+        await release?.()
+        await hub.stop()
+        hubs.pop()
+        await unregister(real)
+        await proxy.close()
+      }
+    }, 180_000)
+  })
 })
