@@ -228,6 +228,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     const running = await launchHub({
       config,
       kubeConfig,
+      returnMemory: true,
       ...(identity ? { identity } : {}),
     })
     hub = running

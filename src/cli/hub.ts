@@ -50,7 +50,7 @@ export const runHubCommand = async (args: ReadonlyArray<string>): Promise<number
   }
   let hub: Awaited<ReturnType<typeof launchHub>>
   try {
-    hub = await launchHub({ config, processMetrics: true })
+    hub = await launchHub({ config, processMetrics: true, returnMemory: true })
   } catch (e) {
     // A file the hub reads at startup (--clusterprofile-provider-file, the serving certificate) that
     // does not do is a usage error too.

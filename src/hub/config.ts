@@ -303,6 +303,12 @@ export const hubSettings = {
     "false",
     "give the reconcile and workqueue histograms a cluster label (about 70 series per member) instead of one hub-wide set",
   ),
+  memoryReturnThresholdMib: setting(
+    "memory-return-threshold",
+    int(0, 1_048_576),
+    "256",
+    "MiB: once the memory the hub process holds beyond its JavaScript heap grew this much and stopped growing (after a burst such as a wave of restores), one full garbage collection gives it back (a pause of about 1 ms per MiB of live heap, at most every 5 minutes; the `hub` command only); 0 turns it off",
+  ),
   logLevel: setting(
     "log-level",
     z.enum(["Debug", "Info", "Warn", "Error"], "Debug, Info, Warn or Error"),

@@ -12,6 +12,7 @@ import { VerdictLogLive, type VerdictLogOptions } from "../observability/verdict
 import type { HubConfig } from "./config.ts"
 import { type HubHandle, runHub } from "./hub.ts"
 import { makeLeaderIdentity } from "./leader-election.ts"
+import { memoryReturnTimings, runMemoryReturn } from "./memory-return.ts"
 import {
   loadServingFiles,
   type ServingCert,
@@ -27,6 +28,11 @@ export interface LaunchOptions {
   readonly identity?: string
   /** Export the Node.js process metrics too (the `hub` command does; in-process test hubs do not). */
   readonly processMetrics?: boolean
+  /**
+   * The process is the hub's own: give memory back after bursts (memory-return.ts, with the config's
+   * threshold). The `hub` command does; in-process test hubs, sharing their process, do not.
+   */
+  readonly returnMemory?: boolean
   /** Replaces the JSON console logger (tests capture log lines with it). */
   readonly logger?: Logger.Logger<unknown, void>
   readonly tracing?: TracingOptions
@@ -113,6 +119,16 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
         servingCert,
       }).pipe(Scope.provide(scope), Effect.provide(services)),
     )
+    if (options.returnMemory === true)
+      await Effect.runPromise(
+        Effect.forkIn(
+          runMemoryReturn({
+            ...memoryReturnTimings,
+            thresholdBytes: config.memoryReturnThresholdMib * 1024 * 1024,
+          }),
+          scope,
+        ).pipe(Effect.provide(services)),
+      )
     const urlOf = (host: string, port: number, scheme = "http") =>
       `${scheme}://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${port}`
     let stopped: Promise<void> | undefined

@@ -61,7 +61,8 @@ const wrapped: typeof metrics = {
   },
 }
 
-const hub = await launchHub({ config, metrics: wrapped })
+// As the `hub` command runs it: memory given back after bursts (memory-return.ts).
+const hub = await launchHub({ config, metrics: wrapped, returnMemory: true })
 const loopDelay = monitorEventLoopDelay({ resolution: 1 })
 const profiler = new Session()
 profiler.connect()

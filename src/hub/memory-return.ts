@@ -1,0 +1,122 @@
+// Gives memory back after a burst. A wave of restores parses thousands of watch events and responses
+// at once; afterwards V8 keeps the heap pages their garbage occupied mapped and resident, outside its
+// own heap statistics, and its memory reducer does not release them: only a memory-reducing ("last
+// resort") collection does (ADR 0010, "what the memory after a wave is"). So the hub's RSS stayed near
+// its peak with a fifth of it live. This loop watches what the process holds beyond V8's resident heap;
+// once that grew by the threshold and then stopped growing (the burst is over), it runs that collection:
+// one pause of the main thread, about a millisecond per MiB of live heap, at most once per interval.
+import * as v8 from "node:v8"
+import { runInNewContext } from "node:vm"
+import { Effect } from "effect"
+
+export interface MemoryReturnPolicy {
+  /** Growth of the memory held beyond V8's resident heap, over its lowest level since the last return. */
+  readonly thresholdBytes: number
+  /** Growth between two samples under which the burst counts as over. */
+  readonly settleBytes: number
+  /** Least time between two returns. */
+  readonly minIntervalMs: number
+}
+
+export interface MemorySample {
+  readonly at: number
+  readonly rssBytes: number
+  /** V8's heap pages it counts as resident (total_physical_size). */
+  readonly heapResidentBytes: number
+}
+
+export interface MemoryReturnState {
+  /** The lowest held-beyond-the-heap figure since the last return (or the start). */
+  readonly floor: number | undefined
+  readonly previous: number | undefined
+  readonly lastReturnAt: number | undefined
+}
+
+export const initialMemoryReturnState: MemoryReturnState = {
+  floor: undefined,
+  previous: undefined,
+  lastReturnAt: undefined,
+}
+
+const heldBeyondHeap = (s: MemorySample) => s.rssBytes - s.heapResidentBytes
+
+/** Whether to return memory now, and the state after this sample. */
+export const decideMemoryReturn = (
+  policy: MemoryReturnPolicy,
+  state: MemoryReturnState,
+  sample: MemorySample,
+): { readonly run: boolean; readonly state: MemoryReturnState } => {
+  const held = heldBeyondHeap(sample)
+  const floor = Math.min(state.floor ?? held, held)
+  const grown = held - floor >= policy.thresholdBytes
+  const settled = state.previous !== undefined && held - state.previous < policy.settleBytes
+  const spaced = state.lastReturnAt === undefined || sample.at - state.lastReturnAt >= policy.minIntervalMs
+  return { run: grown && settled && spaced, state: { ...state, floor, previous: held } }
+}
+
+/**
+ * The state after a return, from a sample taken right after it: growth is measured from there, so
+ * memory the collection could not give back (native buffers, malloc's) does not trigger it again.
+ */
+export const afterMemoryReturn = (sample: MemorySample): MemoryReturnState => ({
+  floor: heldBeyondHeap(sample),
+  previous: heldBeyondHeap(sample),
+  lastReturnAt: sample.at,
+})
+
+/** The hub's timings; the threshold is the `--memory-return-threshold` setting. */
+export const memoryReturnTimings = {
+  sampleEveryMs: 30_000,
+  settleBytes: 32 * 1024 * 1024,
+  minIntervalMs: 5 * 60_000,
+} as const
+
+export interface MemoryReturnOptions extends MemoryReturnPolicy {
+  readonly sampleEveryMs: number
+}
+
+const sampleNow = (): MemorySample => ({
+  at: Date.now(),
+  rssBytes: process.memoryUsage.rss(),
+  heapResidentBytes: v8.getHeapStatistics().total_physical_size,
+})
+
+type Gc = (options: { type: "major"; execution: "sync"; flavor: "last-resort" }) => void
+
+/** V8's gc(), whether or not node was started with --expose-gc (a new context gets it once the flag is set). */
+const exposedGc = (): Gc => {
+  const global = (globalThis as { gc?: unknown }).gc
+  if (typeof global === "function") return global as Gc
+  v8.setFlagsFromString("--expose-gc")
+  return runInNewContext("gc") as Gc
+}
+
+const mib = (bytes: number) => Math.round(bytes / 1024 / 1024)
+
+/** Samples every sampleEveryMs for the life of its fiber; a threshold of 0 turns it off. */
+export const runMemoryReturn = (options: MemoryReturnOptions): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    if (options.thresholdBytes <= 0) return
+    const gc = exposedGc()
+    let state = initialMemoryReturnState
+    while (true) {
+      yield* Effect.sleep(options.sampleEveryMs)
+      const before = sampleNow()
+      const decision = decideMemoryReturn(options, state, before)
+      state = decision.state
+      if (!decision.run) continue
+      const startedAt = performance.now()
+      gc({ type: "major", execution: "sync", flavor: "last-resort" })
+      const pauseMs = Math.round(performance.now() - startedAt)
+      const after = sampleNow()
+      state = afterMemoryReturn(after)
+      yield* Effect.logInfo("returned memory held after a burst").pipe(
+        Effect.annotateLogs({
+          rssBeforeMiB: mib(before.rssBytes),
+          rssAfterMiB: mib(after.rssBytes),
+          heapResidentMiB: mib(after.heapResidentBytes),
+          pauseMs,
+        }),
+      )
+    }
+  })
