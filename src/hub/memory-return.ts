@@ -3,7 +3,7 @@
 // own heap statistics, and its memory reducer does not release them: only a memory-reducing ("last
 // resort") collection does (ADR 0010, "what the memory after a wave is"). So the hub's RSS stayed near
 // its peak with a fifth of it live. This loop watches what the process holds beyond V8's resident heap;
-// once that grew by the threshold and then stopped growing (the burst is over), it runs that collection:
+// once that grew by the threshold and the RSS stopped growing (the burst is over), it runs that collection:
 // one pause of the main thread, about a millisecond per MiB of live heap, at most once per interval.
 import * as v8 from "node:v8"
 import { runInNewContext } from "node:vm"
@@ -12,7 +12,7 @@ import { Effect } from "effect"
 export interface MemoryReturnPolicy {
   /** Growth of the memory held beyond V8's resident heap, over its lowest level since the last return. */
   readonly thresholdBytes: number
-  /** Growth between two samples under which the burst counts as over. */
+  /** Growth of the RSS between two samples under which the burst counts as over. */
   readonly settleBytes: number
   /** Least time between two returns. */
   readonly minIntervalMs: number
@@ -28,13 +28,14 @@ export interface MemorySample {
 export interface MemoryReturnState {
   /** The lowest held-beyond-the-heap figure since the last return (or the start). */
   readonly floor: number | undefined
-  readonly previous: number | undefined
+  /** The previous sample's RSS. */
+  readonly previousRss: number | undefined
   readonly lastReturnAt: number | undefined
 }
 
 export const initialMemoryReturnState: MemoryReturnState = {
   floor: undefined,
-  previous: undefined,
+  previousRss: undefined,
   lastReturnAt: undefined,
 }
 
@@ -49,9 +50,9 @@ export const decideMemoryReturn = (
   const held = heldBeyondHeap(sample)
   const floor = Math.min(state.floor ?? held, held)
   const grown = held - floor >= policy.thresholdBytes
-  const settled = state.previous !== undefined && held - state.previous < policy.settleBytes
+  const settled = state.previousRss !== undefined && sample.rssBytes - state.previousRss < policy.settleBytes
   const spaced = state.lastReturnAt === undefined || sample.at - state.lastReturnAt >= policy.minIntervalMs
-  return { run: grown && settled && spaced, state: { ...state, floor, previous: held } }
+  return { run: grown && settled && spaced, state: { ...state, floor, previousRss: sample.rssBytes } }
 }
 
 /**
@@ -60,7 +61,7 @@ export const decideMemoryReturn = (
  */
 export const afterMemoryReturn = (sample: MemorySample): MemoryReturnState => ({
   floor: heldBeyondHeap(sample),
-  previous: heldBeyondHeap(sample),
+  previousRss: sample.rssBytes,
   lastReturnAt: sample.at,
 })
 

@@ -93,6 +93,7 @@ describe("hub configuration", () => {
       "trace-url-template": "https://grafana.example/explore?traceId={traceID}",
       "check-metrics": "unverified",
       "member-histograms": "true",
+      "memory-return-threshold": "512",
       "log-level": "Debug",
     }
     assert.sameMembers(Object.keys(samples), hubFlagNames(), "a sample for every flag")
