@@ -66,16 +66,19 @@ export interface NewCondition {
 export type TimeInput = Date | number | string
 
 /** metav1.Time precision: whole seconds, always UTC, as the API server itself writes timestamps. */
-// The last second formatted: every reconcile stamps the current time, and within a second it is the same text.
-let lastSecond = Number.NaN
-let lastText = ""
+// The seconds formatted lately: every reconcile stamps the current time, and every member's status round
+// formats the current time and its last probe's (one of the last probe interval's seconds), so one
+// remembered second was formatted again on most calls. At most maxFormattedSeconds are kept.
+const formattedSeconds = new Map<number, string>()
+const maxFormattedSeconds = 256
 export const toKubeTime = (time: TimeInput): string => {
   const ms = time instanceof Date ? time.getTime() : typeof time === "number" ? time : Date.parse(time)
   const second = Math.floor(ms / 1000)
-  if (second === lastSecond) return lastText
-  const text = new Date(second * 1000).toISOString().replace(/\.\d{3}Z$/, "Z")
-  lastSecond = second
-  lastText = text
+  let text = formattedSeconds.get(second)
+  if (text !== undefined) return text
+  text = new Date(second * 1000).toISOString().replace(/\.\d{3}Z$/, "Z")
+  if (formattedSeconds.size >= maxFormattedSeconds) formattedSeconds.clear()
+  formattedSeconds.set(second, text)
   return text
 }
 

@@ -249,8 +249,21 @@ const objectivesView = (c: BackupCheck, trusted: boolean): Pick<CheckView, "obje
   }
 }
 
-/** Counts by Verified status; objectivesMissed appears once any of the checks has objectives. */
+/**
+ * Counts by Verified status; objectivesMissed appears once any of the checks has objectives. Kept per
+ * array: a member's status round counts the same views (rebuilt only when a check changed, never
+ * mutated: checkViews builds a fresh array) twice a round, every status interval.
+ */
+const countedViews = new WeakMap<ReadonlyArray<CheckView>, CheckCounts>()
 export const countChecks = (checks: ReadonlyArray<CheckView>): CheckCounts => {
+  let counted = countedViews.get(checks)
+  if (counted === undefined) {
+    counted = countOnce(checks)
+    countedViews.set(checks, counted)
+  }
+  return counted
+}
+const countOnce = (checks: ReadonlyArray<CheckView>): CheckCounts => {
   const counts = { total: checks.length, verified: 0, failed: 0, unknown: 0 }
   let withObjectives = 0
   let objectivesMissed = 0

@@ -181,6 +181,19 @@ describe("condition helpers", () => {
     assert.strictEqual(toKubeTime(t0), "2026-11-29T03:00:52Z")
     assert.strictEqual(toKubeTime(t0.getTime()), "2026-11-29T03:00:52Z")
   })
+
+  it("formats each second right whatever order seconds are asked in (formatted seconds are kept)", () => {
+    // Status rounds interleave the current second with each member's last probe time; more seconds
+    // than are kept, in a scrambled order, twice over, each compared with Date's own formatting.
+    const base = Date.parse("2026-12-01T17:00:00Z")
+    const seconds = Array.from({ length: 600 }, (_, i) => (i * 7919) % 600)
+    for (const round of [0, 1])
+      for (const s of seconds) {
+        const ms = base + s * 1000 + ((s * 37 + round) % 1000)
+        assert.strictEqual(toKubeTime(ms), new Date(base + s * 1000).toISOString().replace(".000Z", "Z"))
+        assert.strictEqual(toKubeTime(base), "2026-12-01T17:00:00Z")
+      }
+  })
 })
 
 describe("ConditionSchema", () => {

@@ -2,6 +2,7 @@
 // every view shares, totals, and paging by key with opaque continue tokens.
 import { assert, describe, it } from "@effect/vitest"
 import {
+  checkViews,
   decodeContinue,
   type FleetFilter,
   fleetPage,
@@ -279,6 +280,30 @@ describe("MemberCluster CredentialsValid", () => {
     const c = credentials(m)
     assert.strictEqual(c?.reason, "CredentialsExpiringSoon")
     assert.include(c?.message ?? "", "cannot renew them: exec credential plugin did not finish")
+  })
+})
+
+describe("MemberCluster counts from the status round's views", () => {
+  it("follow each new array of views: counted once per array, never a stale count", () => {
+    // The status round passes the same views every interval until a check changes, then a new array.
+    const m = healthyMember("m1", [
+      { namespace: "shop", name: "orders", status: "True" },
+      { namespace: "shop", name: "payments", status: "True" },
+    ])
+    const views = checkViews(m)
+    const first = memberClusterStatus(m, undefined, t0, views)
+    assert.deepStrictEqual(first.counts, { total: 2, verified: 2, failed: 0, unknown: 0 })
+    assert.deepStrictEqual(memberClusterStatus(m, first, t0 + 2_000, views).counts, first.counts)
+    const failing = healthyMember("m1", [
+      { namespace: "shop", name: "orders", status: "True" },
+      { namespace: "shop", name: "payments", status: "False" },
+    ])
+    m.checks = failing.checks
+    const next = memberClusterStatus(m, first, t0 + 4_000, checkViews(m))
+    assert.deepStrictEqual(next.counts, { total: 2, verified: 1, failed: 1, unknown: 0 })
+    assert.strictEqual(next.conditions?.find((c) => c.type === "BackupsVerified")?.status, "False")
+    // without views given, the member's checks as they are now
+    assert.deepStrictEqual(memberClusterStatus(m, next, t0 + 6_000).counts, next.counts)
   })
 })
 

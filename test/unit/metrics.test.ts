@@ -475,6 +475,47 @@ describe("metrics: values move", () => {
     }),
   )
 
+  it.effect("member and informer gauges show their latest value at each scrape, and go with the member", () =>
+    Effect.gen(function* () {
+      // Set every status round, so kept as plain numbers copied into the exposition when scraped.
+      const metrics = makeMetrics({ memberHistograms: true })
+      const jobs = { cluster: "east", resource: "jobs.batch" }
+      metrics.setMemberConnected("east", true)
+      metrics.setMemberReady("east", true)
+      metrics.setInformerObjects("east", "jobs.batch", 12)
+      let e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_connected", { cluster: "east" }), 1)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_ready", { cluster: "east" }), 1)
+      assert.strictEqual(sampleValue(e, "fleetcheck_informer_objects", jobs), 12)
+
+      metrics.setMemberConnected("east", false)
+      metrics.setMemberReady("east", false)
+      metrics.setInformerObjects("east", "jobs.batch", 11)
+      metrics.setInformerObjects("east", "jobs.batch", 10)
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_connected", { cluster: "east" }), 0)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_ready", { cluster: "east" }), 0)
+      assert.strictEqual(sampleValue(e, "fleetcheck_informer_objects", jobs), 10)
+      assert.strictEqual(
+        find(e, "fleetcheck_informer_objects", jobs).length,
+        1,
+        "one series, not one per set",
+      )
+
+      // a status round finishing after the member was forgotten brings a series back, as before: its
+      // value is the new one, not the forgotten incarnation's
+      metrics.forgetMember("east")
+      e = yield* scrape(metrics)
+      assert.strictEqual(find(e, "fleetcheck_informer_objects", jobs).length, 0)
+      assert.strictEqual(find(e, "fleetcheck_member_cluster_ready", { cluster: "east" }).length, 0)
+      metrics.setMemberReady("east", true)
+      e = yield* scrape(metrics)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_ready", { cluster: "east" }), 1)
+      assert.strictEqual(sampleValue(e, "fleetcheck_member_cluster_connected", { cluster: "east" }), 0)
+      assert.strictEqual(sampleValue(e, "fleetcheck_informer_objects", jobs), 0)
+    }),
+  )
+
   it.effect("members, informers and the global in-flight gauge", () =>
     Effect.gen(function* () {
       const metrics = makeMetrics({ memberHistograms: true })

@@ -20,11 +20,15 @@ export interface InformerSet<T> {
   resumeNow(): void
 }
 
-const failingSinceOf = (all: ReadonlyArray<Informer<unknown>>) =>
-  all.reduce<number | undefined>(
-    (min, i) => (i.failingSince === undefined ? min : Math.min(min ?? i.failingSince, i.failingSince)),
-    undefined,
-  )
+// Read on every member's status round: plain loops, nothing allocated.
+const failingSinceOf = (all: ReadonlyArray<Informer<unknown>>) => {
+  let min: number | undefined
+  for (const i of all) {
+    const since = i.failingSince
+    if (since !== undefined && (min === undefined || since < min)) min = since
+  }
+  return min
+}
 
 const lastFailureOf = (all: ReadonlyArray<Informer<unknown>>) => {
   const failing = all.find((i) => i.failingSince !== undefined && i.lastError !== undefined)
@@ -45,7 +49,9 @@ const mergedStore = <T>(byNamespace: ReadonlyMap<string, Informer<T>>): StoreVie
     keys: () => all.flatMap((i) => i.store.keys()),
     byIndex: (name, value) => all.flatMap((i) => i.store.byIndex(name, value)),
     get size() {
-      return all.reduce((n, i) => n + i.store.size, 0)
+      let n = 0
+      for (const i of all) n += i.store.size
+      return n
     },
   }
 }
