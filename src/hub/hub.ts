@@ -30,6 +30,7 @@ import { type Registration, runRegistration } from "./registration.ts"
 import { type ServingCert, tlsServerOptions, watchServingFiles } from "./serving/serving-cert.ts"
 import { describeShare, makeSharding, type Sharding, unshardedFence } from "./sharding/shards.ts"
 import { statusNewsClasses } from "./status-news.ts"
+import { makeStatusTicker } from "./status-ticker.ts"
 
 export interface HubOptions {
   readonly config: HubConfig
@@ -225,6 +226,7 @@ export const runHub = Effect.fnUntraced(function* (
 
   const globalLimit = yield* makeGlobalLimit(config.maxConcurrentReconciles, metrics.addGlobalInflight)
   const syncLimit = yield* Semaphore.make(config.maxConcurrentSyncs)
+  const statusTicker = yield* makeStatusTicker(config.statusIntervalMs)
   const statusWrites = makePriorityLimit(config.maxConcurrentStatusWrites, statusNewsClasses, {
     onWaiting: metrics.addStatusWritesWaiting,
     onInUse: metrics.addStatusWritesInflight,
@@ -254,6 +256,7 @@ export const runHub = Effect.fnUntraced(function* (
       config,
       globalLimit,
       syncLimit,
+      statusTicker,
       statusWrites,
       members,
       metrics,
@@ -329,6 +332,7 @@ export const runHub = Effect.fnUntraced(function* (
         config,
         globalLimit,
         syncLimit,
+        statusTicker,
         statusWrites,
         members,
         metrics,

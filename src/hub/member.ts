@@ -34,6 +34,7 @@ import type { CredentialFeed } from "./member-credential.ts"
 import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
 import type { MemberFence } from "./sharding/shards.ts"
 import { newsOf, sameExceptProbeTime } from "./status-news.ts"
+import type { StatusTicker } from "./status-ticker.ts"
 
 /** The hub settings a member's life depends on (see config.ts for each one's meaning and default). */
 export type MemberSettings = Pick<
@@ -63,6 +64,8 @@ export interface MemberDeps {
    * into memory, instead of every member listing at once.
    */
   readonly syncLimit: Semaphore.Semaphore
+  /** The hub-wide timer of every member's status round (status-ticker.ts), at --status-interval. */
+  readonly statusTicker: StatusTicker
   /**
    * Hub-wide permits for MemberCluster status writes, bad news first (see syncMemberClusterBounded):
    * a wave that changes every member's status each round is not a thousand writes at once.
@@ -241,18 +244,33 @@ export const syncMemberClusterBounded = Effect.fnUntraced(function* (
     return { desired, news: newsOf(written, desired) }
   }
   const now = yield* Clock.currentTimeMillis
-  const seen = entry.lastSeen
+  if (statusUnchanged(entry, views(), now)) return
   const first = news(now)
-  if (seen !== undefined && jsonEqual(seen.labels, entry.labels) && !writeDue(seen, first.desired, now)) {
-    entry.lastStatus = first.desired
-    return
-  }
   yield* statusWrites.withPermit(
     first.news,
     Effect.suspend(() => syncMemberCluster(hubClient, entry, views())),
     { everyMs: recheckMs, priority: Effect.map(Clock.currentTimeMillis, (t) => news(t).news) },
   )
 })
+
+/**
+ * Whether the member's MemberCluster needs no write now: what the hub last read or wrote is under a
+ * refresh period old, the labels agree, and the status to write is the same (its probe time aside). Then
+ * only the status it would have written is kept (entry.lastStatus, for the views). Plain, no effect: the
+ * status ticker asks it of every member every round, and wakes the member's fiber only when it is false.
+ */
+export const statusUnchanged = (
+  entry: MemberEntry,
+  views: ReadonlyArray<CheckView> | undefined,
+  now: number,
+): boolean => {
+  const seen = entry.lastSeen
+  if (seen === undefined || !jsonEqual(seen.labels, entry.labels)) return false
+  const desired = memberClusterStatus(entry, seen.status, now, views)
+  if (writeDue(seen, desired, now)) return false
+  entry.lastStatus = desired
+  return true
+}
 
 /** Whether the written probe time is a refresh period behind the desired one (or missing). */
 const probeTimeStale = (desired: MemberClusterStatus, written: MemberClusterStatus | undefined) =>
@@ -425,6 +443,13 @@ const watchFailureOf = (
   now: number,
 ): MemberEntry["watchFailure"] => {
   const tolerance = watchFailureToleranceMs(timings)
+  // Every status round asks: nothing is allocated unless an informer is failing.
+  if (
+    engine.checks.failingSince === undefined &&
+    engine.jobs.failingSince === undefined &&
+    engine.namespaces?.failingSince === undefined
+  )
+    return undefined
   for (const informer of [engine.checks, engine.jobs, ...(engine.namespaces ? [engine.namespaces] : [])]) {
     const since = informer.failingSince
     if (since === undefined || now - since < tolerance) continue
@@ -661,68 +686,100 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     }
     return views
   }
-  const statusLoop = Effect.gen(function* () {
-    while (true) {
-      const now = yield* Clock.currentTimeMillis
-      const owned = deps.fence.owned()
-      if (owned !== exporting) {
-        exporting = owned
-        if (owned) {
-          metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
-          checksChanged = true
-          restartsSeen.clear()
-        } else metrics.forgetMember(entry.name)
+  // The status round, every --status-interval: its plain part runs on the hub-wide ticker (see
+  // status-ticker.ts), and only a round with effects left (a log line, a MemberCluster write) wakes this
+  // member's fiber. A converged member's round therefore costs no timer and no fiber resumption.
+  let loggedWatchFailure: NonNullable<MemberEntry["watchFailure"]> | undefined
+  let owned = deps.fence.owned()
+  /** The round's plain part; whether it left effects for the member's fiber (statusEffects). */
+  const statusRound = (now: number): boolean => {
+    owned = deps.fence.owned()
+    if (owned !== exporting) {
+      exporting = owned
+      if (owned) {
+        metrics.initCluster(entry.name, { maxConcurrentReconciles: timings.workersPerMember })
+        checksChanged = true
+        restartsSeen.clear()
+      } else metrics.forgetMember(entry.name)
+    }
+    const watchFailure = watchFailureOf(engine, timings, now)
+    if (watchFailure?.reason !== entry.watchFailure?.reason && watchFailure) loggedWatchFailure = watchFailure
+    if (watchFailure) entry.watchFailure = watchFailure
+    else delete entry.watchFailure
+    if (
+      entry.catchingUp &&
+      engine.checks.failingSince === undefined &&
+      engine.jobs.failingSince === undefined
+    )
+      entry.catchingUp = false
+    if (exporting) {
+      metrics.setMemberReady(entry.name, entry.synced && isReachable(entry))
+      metrics.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
+      metrics.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
+      for (const [resource, informer] of [
+        ["backupchecks.fleetcheck.io", engine.checks],
+        ["jobs.batch", engine.jobs],
+      ] as const) {
+        const seen = restartsSeen.get(resource) ?? 0
+        for (let i = seen; i < informer.watchRestarts; i++) metrics.incInformerRestarts(entry.name, resource)
+        restartsSeen.set(resource, informer.watchRestarts)
       }
-      const watchFailure = watchFailureOf(engine, timings, now)
-      if (watchFailure?.reason !== entry.watchFailure?.reason && watchFailure)
-        yield* Effect.logWarning("member caches cannot list/watch").pipe(
-          Effect.annotateLogs({ reason: watchFailure.reason, error: watchFailure.message }),
-        )
-      if (watchFailure) entry.watchFailure = watchFailure
-      else delete entry.watchFailure
-      if (
-        entry.catchingUp &&
-        engine.checks.failingSince === undefined &&
-        engine.jobs.failingSince === undefined
+    }
+    // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
+    // Only the replica working the member writes it (its writes fenced by the member's Lease).
+    if (!owned) {
+      currentViews()
+      delete entry.lastSeen
+      return loggedWatchFailure !== undefined
+    }
+    return loggedWatchFailure !== undefined || !statusUnchanged(entry, currentViews(), now)
+  }
+  /** The round's effects: its log line, and the MemberCluster sync when something is to be written. */
+  const statusEffects = Effect.gen(function* () {
+    const failure = loggedWatchFailure
+    loggedWatchFailure = undefined
+    if (failure)
+      yield* Effect.logWarning("member caches cannot list/watch").pipe(
+        Effect.annotateLogs({ reason: failure.reason, error: failure.message }),
       )
-        entry.catchingUp = false
-      if (exporting) {
-        metrics.setMemberReady(entry.name, entry.synced && isReachable(entry))
-        metrics.setInformerObjects(entry.name, "backupchecks.fleetcheck.io", engine.checks.store.size)
-        metrics.setInformerObjects(entry.name, "jobs.batch", engine.jobs.store.size)
-        for (const [resource, informer] of [
-          ["backupchecks.fleetcheck.io", engine.checks],
-          ["jobs.batch", engine.jobs],
-        ] as const) {
-          const seen = restartsSeen.get(resource) ?? 0
-          for (let i = seen; i < informer.watchRestarts; i++)
-            metrics.incInformerRestarts(entry.name, resource)
-          restartsSeen.set(resource, informer.watchRestarts)
-        }
-      }
-      // Metrics first, then the MemberCluster: whoever sees the new status finds the metrics current.
-      // Only the replica working the member writes it (its writes fenced by the member's Lease).
-      if (owned)
-        yield* syncMemberClusterBounded(
-          deps.hubClient,
-          entry,
-          deps.statusWrites,
-          currentViews,
-          timings.statusIntervalMs,
-        ).pipe(
-          Effect.catch((e) =>
-            Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
-              Effect.annotateLogs({ error: e.message }),
-            ),
+    if (owned)
+      yield* syncMemberClusterBounded(
+        deps.hubClient,
+        entry,
+        deps.statusWrites,
+        currentViews,
+        timings.statusIntervalMs,
+      ).pipe(
+        Effect.catch((e) =>
+          Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
+            Effect.annotateLogs({ error: e.message }),
           ),
-        )
-      else {
-        currentViews()
-        delete entry.lastSeen
-      }
-      yield* Effect.sleep(timings.statusIntervalMs)
+        ),
+      )
+  })
+  // Woken by the ticker when a round has effects; the ticker skips the member until they are done, as
+  // the next round used to wait for the previous one.
+  const roundWithEffects = yield* Queue.sliding<void>(1)
+  let effectsPending = false
+  const statusLoop = Effect.gen(function* () {
+    // The first round at once (as the member engages), the others on the ticker.
+    if (statusRound(yield* Clock.currentTimeMillis)) yield* statusEffects
+    yield* deps.statusTicker.register(entry.name, (now) => {
+      if (effectsPending || !statusRound(now)) return
+      effectsPending = true
+      Queue.offerUnsafe(roundWithEffects, undefined)
+    })
+    while (true) {
+      yield* Queue.take(roundWithEffects)
+      yield* statusEffects.pipe(
+        Effect.ensuring(
+          Effect.sync(() => {
+            effectsPending = false
+          }),
+        ),
+      )
     }
   })
-  yield* Effect.forkScoped(statusLoop)
+  yield* Effect.forkScoped(Effect.scoped(statusLoop))
   return engine
 }) as (spec: MemberSpec, deps: MemberDeps) => Effect.Effect<MemberEngine, never, Scope.Scope>

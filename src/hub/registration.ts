@@ -90,6 +90,7 @@ import {
   sameScope,
 } from "./registration/scope.ts"
 import type { MemberFence } from "./sharding/shards.ts"
+import type { StatusTicker } from "./status-ticker.ts"
 
 export interface RegistrationOptions {
   readonly hubClient: KubeClient
@@ -97,6 +98,8 @@ export interface RegistrationOptions {
   readonly globalLimit: GlobalLimit
   /** Members whose caches may be listing at once (see member.ts): engagement is staggered by it. */
   readonly syncLimit: Semaphore.Semaphore
+  /** The hub-wide timer of the members' status rounds (status-ticker.ts). */
+  readonly statusTicker: StatusTicker
   /** The hub-wide bound on the members' MemberCluster status writes (see member.ts). */
   readonly statusWrites: PriorityLimit
   readonly members: Map<string, MemberEntry>
@@ -639,6 +642,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               hubClient: options.hubClientFor(name),
               globalLimit: options.globalLimit,
               syncLimit: options.syncLimit,
+              statusTicker: options.statusTicker,
               statusWrites: options.statusWrites,
               settings: config,
               metrics,
