@@ -11,13 +11,15 @@
 //   slowest member, peak concurrent restore Jobs (Jobs are completed by this script after a hold time,
 //   as a Job controller would: no kubelet runs here)
 //   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
-// Environment: IDLE_SECONDS (60), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10),
+// Environment: IDLE_SECONDS (60), IDLE_SLICE_SECONDS (60: the idle window's CPU and reconciles are also
+// printed per slice this long, e.g. to see a resync's burst in a window longer than --resync-period), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10),
 // JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified),
 // WAVE_PATCH_MS (5: the time allowed per schedule patch when choosing the wave's minute; at 1,000 × 100
 // a patch took about 25 ms, so use 40 there),
 // AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
-// PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), SNAPSHOT=<file> (a heap snapshot
+// PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), PROFILE_IDLE_HEAP=<file> (what the hub
+// allocated over the idle window, V8's sampling heap profile), SNAPSHOT=<file> (a heap snapshot
 // once converged), SNAPSHOT_AFTER_WAVE=<file> (one after the wave's last measurement; read it with
 // heap-summary.ts), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
 // malloc), HUB_ENV="NAME=value ..." (more environment for the hub process only), HUB_NODE_FLAGS="<flags>" (node and V8
@@ -48,6 +50,7 @@ const [members, perMember, apiserverCount] = [100, 100, 10].map((d, i) =>
 const hubFlags = process.argv.slice(5)
 const env = (name: string, d: number) => Number(process.env[name] ?? d)
 const idleSeconds = env("IDLE_SECONDS", 60)
+const idleSliceSeconds = env("IDLE_SLICE_SECONDS", 60)
 const eventRate = env("EVENT_RATE", 500)
 const eventSeconds = env("EVENT_SECONDS", 30)
 const wavePercent = env("WAVE_PERCENT", 10)
@@ -104,6 +107,21 @@ const spacesLine = (m: any) =>
     .join(", ")
 const memoryLine = (m: any) =>
   `heap ${mib(m.heap)} (heap total ${mib(m.heapTotal)}, external ${mib(m.external)}, array buffers ${mib(m.arrayBuffers)}), rss ${mib(m.rss)} (brk heap ${mib(m.rssBrk)}, other anonymous ${mib(m.rssAnonMaps)}, of which V8 heap pages ${mib(m.v8Physical)} and other threads' malloc arenas ${mib(m.rssArenas)}); V8 spaces used / committed: ${spacesLine(m)}; V8 malloced ${mib(m.v8Malloced)}; ${m.socketFds} socket fds, ${m.tcpEstablished} established TCP connections (${connectionsTo(m)})`
+type ThreadTicks = Record<string, { user: number; system: number; threads: number }>
+/** CPU per thread name between two readings of the hub's threads (clock ticks of 10 ms), busiest first. */
+const threadsLine = (before: ThreadTicks, after: ThreadTicks, ms: number) =>
+  Object.entries(after)
+    .map(([name, t]) => {
+      const b = before[name] ?? { user: 0, system: 0 }
+      return { name, threads: t.threads, user: t.user - b.user, system: t.system - b.system }
+    })
+    .filter((t) => t.user + t.system > 0)
+    .sort((a, b) => b.user + b.system - (a.user + a.system))
+    .map(
+      (t) =>
+        `${t.name}${t.threads > 1 ? ` ×${t.threads}` : ""} ${(((t.user + t.system) * 10 * 100) / ms).toFixed(1)}% (${((t.system * 10 * 100) / ms).toFixed(1)}% system)`,
+    )
+    .join(", ")
 const pct = (sorted: ReadonlyArray<number>, p: number) =>
   sorted.length === 0
     ? Number.NaN
@@ -527,10 +545,32 @@ try {
   const idleBefore = await scrapeAll()
   const idleProfile = process.env.PROFILE_IDLE
   if (idleProfile) await ask(proc, { cmd: "profile-start" })
+  const idleHeapProfile = process.env.PROFILE_IDLE_HEAP
+  if (idleHeapProfile) await ask(proc, { cmd: "heap-sampling-start" })
   const cpu0 = await ask<any>(proc, { cmd: "cpu" })
-  await sleep(idleSeconds * 1000)
-  const cpu1 = await ask<any>(proc, { cmd: "cpu" })
+  const threads0 = await ask<any>(proc, { cmd: "threads" })
+  // The window in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time refresh period each), each
+  // with the hub's CPU and the reconciles it finished, so a resync's burst shows beside the average.
+  const slices: Array<{ cpu: number; reconciles: number; seconds: number }> = []
+  let sliceCpu = cpu0
+  let sliceReconciles = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
+  const reconciles0 = sliceReconciles
+  for (let left = idleSeconds; left > 0; left -= idleSliceSeconds) {
+    await sleep(Math.min(left, idleSliceSeconds) * 1000)
+    const c = await ask<any>(proc, { cmd: "cpu" })
+    const r = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
+    slices.push({
+      cpu: (c.cpuMicros - sliceCpu.cpuMicros) / 1000 / (c.at - sliceCpu.at),
+      reconciles: r - sliceReconciles,
+      seconds: (c.at - sliceCpu.at) / 1000,
+    })
+    sliceCpu = c
+    sliceReconciles = r
+  }
+  const cpu1 = sliceCpu
+  const threads1 = await ask<any>(proc, { cmd: "threads" })
   if (idleProfile) await ask(proc, { cmd: "profile-stop", path: idleProfile })
+  if (idleHeapProfile) await ask(proc, { cmd: "heap-sampling-stop", path: idleHeapProfile })
   const idleAfter = await scrapeAll()
   const mem1 = await ask<any>(proc, { cmd: "measure" })
   const idleCpu = (cpu1.cpuMicros - cpu0.cpuMicros) / 1000 / (cpu1.at - cpu0.at)
@@ -582,7 +622,14 @@ try {
   )
   print(`  before the events and the wave: ${memoryLine(mem1)}`)
   print(
-    `converged CPU: ${(idleCpu * 100).toFixed(1)}% of one core (${((idleCpu * 100) / members).toFixed(3)}% per member) over ${idleSeconds} s`,
+    `converged CPU: ${(idleCpu * 100).toFixed(1)}% of one core (${((idleCpu * 100) / members).toFixed(3)}% per member) over ${idleSeconds} s; ${sliceReconciles - reconciles0} reconciles in it`,
+  )
+  const sliceCpus = slices.map((x) => x.cpu * 100)
+  print(
+    `  per ${idleSliceSeconds} s slice: ${slices.map((x) => `${(x.cpu * 100).toFixed(1)}% (${x.reconciles} reconciles${Math.abs(x.seconds - idleSliceSeconds) > 1 ? `, ${x.seconds.toFixed(0)} s` : ""})`).join(", ")}; max ${Math.max(...sliceCpus).toFixed(1)}%, min ${Math.min(...sliceCpus).toFixed(1)}%`,
+  )
+  print(
+    `  by thread (user + system, % of one core): ${threadsLine(threads0.threads, threads1.threads, cpu1.at - cpu0.at)}`,
   )
   print(
     `API requests at steady state: ${(memberIdle / members / idleMinutes).toFixed(1)} per member per minute to member apiservers, ${(sum(hubIdle) / members / idleMinutes).toFixed(1)} per member per minute to the hub apiserver (${[

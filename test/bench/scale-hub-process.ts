@@ -6,11 +6,16 @@
 //                  space's used / committed bytes; socket fds, established TCP connections
 //   sockets        the socket fds and established TCP connections only (no GC): sampled during the wave
 //   cpu            process.cpuUsage() (user + system µs) and a monotonic timestamp
+//   threads        CPU (user, system; clock ticks) per thread name as the kernel counts it
+//                  (/proc/self/task): the main thread apart from V8's workers (GC) and libuv's pool
+//   reconciles     how many reconciles the hub finished since it started (its controller hooks)
 //   latency-start  start recording every workqueue wait (add → a worker takes the key) and event-loop delay
 //   latency-stop   the recorded waits (ms) and the event-loop delay in the window
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
 //   profile-start  start the CPU profiler; profile-stop writes the profile to the path given
+//   heap-sampling-start  start V8's sampling heap profiler; heap-sampling-stop writes its profile
+//                  (.heapprofile: what was allocated where, sampled every 32 KiB) to the path given
 import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
 import { monitorEventLoopDelay, performance } from "node:perf_hooks"
@@ -42,6 +47,7 @@ const config = resolveHubConfig(
 
 // Workqueue waits, recorded only inside a latency window.
 let recording: number[] | undefined
+let reconciles = 0
 const metrics = makeMetrics({
   processMetrics: true,
   checkSeries: config.checkMetrics,
@@ -49,6 +55,16 @@ const metrics = makeMetrics({
 })
 const wrapped: typeof metrics = {
   ...metrics,
+  controllerHooks: (controller) => {
+    const hooks = metrics.controllerHooks(controller)
+    return {
+      ...hooks,
+      onReconcile: (cluster, outcome, seconds) => {
+        reconciles++
+        hooks.onReconcile?.(cluster, outcome, seconds)
+      },
+    }
+  },
   queueHooks: (cluster, controller) => {
     const hooks = metrics.queueHooks(cluster, controller)
     return {
@@ -124,6 +140,28 @@ const rssByMapping = () => {
   return { rssBrk: brk, rssAnonMaps: anon, rssArenas: arenas }
 }
 
+/** CPU clock ticks (user, system) per thread name, summed over the threads of that name. */
+const threadTicks = () => {
+  const byName: Record<string, { user: number; system: number; threads: number }> = {}
+  for (const tid of readdirSync("/proc/self/task")) {
+    let stat: string
+    try {
+      stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8")
+    } catch {
+      continue // the thread ended between the listing and the read
+    }
+    const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"))
+    // After the name: state is field 3, utime 14 and stime 15 (proc(5)).
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    const t = byName[name] ?? { user: 0, system: 0, threads: 0 }
+    byName[name] = t
+    t.user += Number(fields[11])
+    t.system += Number(fields[12])
+    t.threads++
+  }
+  return byName
+}
+
 process.on("message", async (msg: any) => {
   switch (msg.cmd) {
     case "measure": {
@@ -160,6 +198,23 @@ process.on("message", async (msg: any) => {
     case "cpu": {
       const u = process.cpuUsage()
       process.send?.({ cpuMicros: u.user + u.system, at: performance.now() })
+      return
+    }
+    case "threads":
+      process.send?.({ threads: threadTicks() })
+      return
+    case "reconciles":
+      process.send?.({ reconciles })
+      return
+    case "heap-sampling-start":
+      await profiler.post("HeapProfiler.enable")
+      await profiler.post("HeapProfiler.startSampling", { samplingInterval: 32 * 1024 })
+      process.send?.({ ok: true })
+      return
+    case "heap-sampling-stop": {
+      const { profile } = await profiler.post("HeapProfiler.stopSampling")
+      writeFileSync(msg.path, JSON.stringify(profile))
+      process.send?.({ path: msg.path })
       return
     }
     case "profile-start":
