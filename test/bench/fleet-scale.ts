@@ -6,13 +6,25 @@
 //   heap and RSS after GC: total, per member, per cached check, and again after the idle window
 //   converged CPU, API requests per member per minute, MemberCluster status writes per minute
 //   /metrics: series, bytes, render time and the event loop's longest stall during the render
-//   event → reconcile start (workqueue wait) p50/p99 under a steady rate of BackupCheck updates
+//   event → reconcile start under a steady rate of BackupCheck updates spread over every member
+//   (event-driver.ts): the hub's workqueue wait p50/p99, and the same seen from outside the hub (the
+//   PATCH's answer → a worker takes the check); the rate the member API servers counted next to the
+//   driver's, the updates dropped at its in-flight cap, PATCH and etcd latencies at the API servers, and
+//   every process's CPU (/proc) with the events and in the quiet seconds before them
 //   a wave: P% of every member's checks due at the same minute; time to all verified, fastest / median /
 //   slowest member, peak concurrent restore Jobs (Jobs are completed by this script after a hold time,
 //   as a Job controller would: no kubelet runs here)
 //   node test/bench/fleet-scale.ts [members=100] [checksPerMember=100] [apiservers=10] [hub flags...]
 // Environment: IDLE_SECONDS (60), IDLE_SLICE_SECONDS (60: the idle window's CPU and reconciles are also
-// printed per slice this long, e.g. to see a resync's burst in a window longer than --resync-period), EVENT_RATE (500), EVENT_SECONDS (30), WAVE_PERCENT (10),
+// printed per slice this long, e.g. to see a resync's burst in a window longer than --resync-period),
+// EVENT_RATE (500), EVENT_SECONDS (30), EVENT_DRIVERS ("h2": a comma
+// list of event runs on the same fleet, each "h1|h2[@rate][+rt]": h1 = HTTPS keep-alive Agent, h2 = one
+// HTTP/2 connection per API server, @rate instead of EVENT_RATE, +rt = the hub's threads SCHED_FIFO for
+// that run), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
+// sockets per API server), EVENT_H2_SESSIONS (1: h2's connections per API server), EVENT_QUIET_SECONDS
+// (5: the CPU floor read before each run), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
+// and etcd inherit this script's environment; the events' lines name them when set),
+// WAVE_PERCENT (10),
 // JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified),
 // WAVE_PATCH_MS (5: the time allowed per schedule patch when choosing the wave's minute; at 1,000 × 100
 // a patch took about 25 ms, so use 40 there),
@@ -26,7 +38,7 @@
 // flags of the hub process, e.g. --max-semi-space-size=16), HUB_NICE=<n> (the hub's scheduling priority, e.g.
 // -10, so the apiservers, etcd and this script sharing the cores do not queue it), HUB_LOG=<file> (the hub
 // process's stdout and stderr, its logs, appended there instead of dropped), EVENT_RT=<1..99> (the
-// hub's threads SCHED_FIFO during the events only), KNOBS="<hub
+// SCHED_FIFO priority of +rt runs; set alone, the events run as "h2+rt"), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
 // converged CPU, requests, memory).
 import { type ChildProcess, execFileSync, fork } from "node:child_process"
@@ -43,6 +55,15 @@ import { parseBackupCheck } from "../../src/api/backupcheck.ts"
 import { finalizerName, labelBackupCheck, labelRun, namespacesAnnotation } from "../../src/api/names.ts"
 import { jobNameFor, runIDForTime, specHashFor, traceparentFor } from "../../src/reconcile/run-identity.ts"
 import { sleep } from "../support/wait.ts"
+import {
+  answerToReconcile,
+  driveEvents,
+  fleetProcesses,
+  histogramQuantile,
+  serverSample,
+  serversDelta,
+  watchCpu,
+} from "./event-driver.ts"
 
 const [members, perMember, apiserverCount] = [100, 100, 10].map((d, i) =>
   Number(process.argv[2 + i] ?? d),
@@ -646,57 +667,132 @@ try {
     `/metrics: ${scrape0.series} series, ${(scrape0.bytes / 1024 / 1024).toFixed(2)} MB, render ${scrape0.ms.toFixed(0)} ms in-process (longest event-loop stall ${scrape0.stallMs.toFixed(0)} ms); over HTTP ${httpMs.toFixed(0)} ms, ${httpBody.length} bytes`,
   )
 
-  // Steady events: metadata-only updates of random checks, spread over members.
-  log(`events: ${eventRate}/s for ${eventSeconds} s`)
+  // Steady events: metadata-only updates of random checks, spread over members (event-driver.ts), once
+  // per EVENT_DRIVERS entry; what the member API servers counted and the CPU of every process beside.
+  const rtPriority = process.env.EVENT_RT ?? "1"
+  const phases = (process.env.EVENT_DRIVERS ?? (process.env.EVENT_RT ? "h2+rt" : "h2"))
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p !== "")
+  const eventInflight = env("EVENT_INFLIGHT", 256)
+  const pids = fleetProcesses(fleet.runDir)
+  pids.set(process.pid, "driver")
+  if (proc.pid !== undefined) pids.set(proc.pid, "hub process")
+  const memberNames = new Set(servers.map((c) => c.name))
   const profilePath = process.env.PROFILE_EVENTS
-  if (profilePath) await ask(proc, { cmd: "profile-start" })
-  const evCpu0 = await ask<any>(proc, { cmd: "cpu" })
-  // EVENT_RT=<1..99>: for the events only, every hub thread runs SCHED_FIFO at that priority (chrt), so
-  // the ~30 runnable apiserver, etcd and driver threads on 2 cores cannot queue it (nice only weighs
-  // the main thread against each of them); the kernel still keeps 5% of each core for the others.
-  const eventRt = process.env.EVENT_RT
-  const chrt = (args: ReadonlyArray<string>) => execFileSync("chrt", [...args, String(proc.pid)])
-  if (eventRt) chrt(["-a", "-f", "-p", eventRt])
-  await ask(proc, { cmd: "latency-start" })
-  let sent = 0
-  let inflight = 0
-  let dropped = 0
-  const evStart = Date.now()
-  while (Date.now() - evStart < eventSeconds * 1000) {
-    const due = Math.floor(((Date.now() - evStart) / 1000) * eventRate)
-    while (sent < due) {
-      if (inflight >= 256) {
-        dropped += due - sent
-        sent = due
-        break
+  const quietSeconds = env("EVENT_QUIET_SECONDS", 5)
+  // The fleet's Go processes (API servers, etcd) inherit this script's environment.
+  const goEnv = ["GOMAXPROCS", "GOGC", "GOMEMLIMIT"]
+    .filter((n) => process.env[n])
+    .map((n) => `${n}=${process.env[n]}`)
+  for (const [phaseIndex, phase] of phases.entries()) {
+    // "h1" or "h2", then "@<rate>" for another rate than EVENT_RATE, then "+rt".
+    const parsed = /^(h1|h2)(?:@(\d+))?(\+rt)?$/.exec(phase)
+    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2[@rate][+rt]`)
+    const transport = parsed[1] as "h1" | "h2"
+    const rate = parsed[2] ? Number(parsed[2]) : eventRate
+    // +rt (or EVENT_RT alone): for the events only, every hub thread runs SCHED_FIFO (chrt), so the ~30
+    // runnable apiserver, etcd and driver threads on 2 cores cannot queue it (nice only weighs the main
+    // thread against each of them); the kernel still keeps 5% of each core for the others.
+    const rt = parsed[3] !== undefined
+    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
+    // What the machine's processes use with no events: the floor the events' CPU is read against.
+    const quietWatch = watchCpu(pids)
+    await sleep(quietSeconds * 1000)
+    const quiet = quietWatch.stop()
+    log(`events (${label}): ${rate}/s for ${eventSeconds} s`)
+    if (profilePath) await ask(proc, { cmd: "profile-start" })
+    const chrt = (args: ReadonlyArray<string>) => execFileSync("chrt", [...args, String(proc.pid)])
+    const evCpu0 = await ask<any>(proc, { cmd: "cpu" })
+    const samples0 = await Promise.all(
+      servers.map(async (c) => serverSample((await must("metrics", call(c, "GET", "/metrics"))).text)),
+    )
+    const cpuWatch = watchCpu(pids)
+    if (rt) chrt(["-a", "-f", "-p", rtPriority])
+    await ask(proc, { cmd: "latency-start" })
+    const drive = await driveEvents({
+      transport,
+      rate,
+      seconds: eventSeconds,
+      maxInflight: eventInflight,
+      socketsPerServer: env("EVENT_SOCKETS", 32),
+      sessionsPerServer: env("EVENT_H2_SESSIONS", 1),
+      target: (i) => {
+        const m = memberList[i % members]!
+        const k = Math.floor(Math.random() * perMember)
+        return {
+          server: m.server,
+          path: `${group}/namespaces/${m.namespace}/backupchecks/check-${String(k).padStart(3, "0")}`,
+          body: JSON.stringify({ metadata: { annotations: { "bench/tick": `${phaseIndex}-${i}` } } }),
+          key: `${m.namespace}/check-${String(k).padStart(3, "0")}`,
+        }
+      },
+    })
+    const cpu = cpuWatch.stop()
+    await sleep(2_000)
+    const lat = await ask<any>(proc, { cmd: "latency-stop" })
+    if (rt) chrt(["-a", "-o", "-p", "0"])
+    const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
+    const samples1 = await Promise.all(
+      servers.map(async (c) => serverSample((await must("metrics", call(c, "GET", "/metrics"))).text)),
+    )
+    if (profilePath)
+      await ask(proc, {
+        cmd: "profile-stop",
+        path: phases.length > 1 ? `${profilePath}.${phaseIndex}` : profilePath,
+      })
+    const evCpu = (evCpu1.cpuMicros - evCpu0.cpuMicros) / 1000 / (evCpu1.at - evCpu0.at)
+    const waits = (lat.waits as number[]).sort((a, b) => a - b)
+    const counted = serversDelta(
+      servers.map((c) => c.name),
+      samples0,
+      samples1,
+    )
+    const delivered = sum(counted.byServer)
+    const answered = drive.latencies.length
+    const seconds = drive.wallMs / 1000
+    const steady = [...drive.perSecond].slice(1).sort((a, b) => a - b)
+    print(
+      `events (${label}): ${drive.sent} updates due at ${rate}/s for ${eventSeconds} s; the driver sent ${drive.sent - drive.dropped} (${((drive.sent - drive.dropped) / eventSeconds).toFixed(0)}/s), dropped ${drive.dropped} at its cap of ${eventInflight} in flight (cap reached at ${drive.capTicks} of ${drive.ticks} 10 ms ticks); answers ${[...drive.codes].map(([k, v]) => `${k} ${v}`).join(", ")}; answered per second (after the first) min ${steady[0] ?? 0}, median ${pct(steady, 50)}; the member API servers counted ${delivered} PATCHes of BackupChecks (${(delivered / seconds).toFixed(0)}/s over the ${seconds.toFixed(1)} s to the last answer; by code ${[...counted.codes].map(([k, v]) => `${k} ${v}`).join(", ")}; by server ${[...counted.byServer].map(([k, v]) => `${k} ${v}`).join(", ")})`,
+    )
+    const ms = (s: number) => `${(s * 1000).toFixed(1)} ms`
+    print(
+      `events (${label}): PATCH round trip at the driver p50 ${pct(drive.latencies, 50)?.toFixed(1)} ms, p99 ${pct(drive.latencies, 99)?.toFixed(1)} ms, max ${drive.latencies.at(-1)?.toFixed(0)} ms over ${answered}; at the API servers (apiserver_request_duration_seconds, interpolated in buckets) p50 ${ms(histogramQuantile(counted.patchSeconds, 0.5))}, p99 ${ms(histogramQuantile(counted.patchSeconds, 0.99))}; their etcd updates (etcd_request_duration_seconds) p50 ${ms(histogramQuantile(counted.etcdSeconds, 0.5))}, p99 ${ms(histogramQuantile(counted.etcdSeconds, 0.99))}; driver: ${drive.connections} TLS connections opened, event-loop delay p99 ${drive.loopP99Ms.toFixed(1)} ms, max ${drive.loopMaxMs.toFixed(0)} ms`,
+    )
+    const cpuLine = (c: typeof cpu) => {
+      const role = (r: string) => c.byRole.get(r) ?? 0
+      const members = [...c.byRole].filter(([r]) => memberNames.has(r)).reduce((n, [, v]) => n + v, 0)
+      const named = [...c.byRole.values()].reduce((n, v) => n + v, 0)
+      return {
+        members,
+        text: `driver ${role("driver").toFixed(0)}, member API servers ${members.toFixed(0)}, hub API server ${role(hubCluster.name).toFixed(0)}, etcd ${role("etcd").toFixed(0)}, hub ${role("hub process").toFixed(0)}, other processes ${c.others.reduce((n, [, v]) => n + v, 0).toFixed(0)} (${c.others
+          .slice(0, 3)
+          .map(([k, v]) => `${k} ${v.toFixed(0)}`)
+          .join(
+            ", ",
+          )}), no process living a second (the kernel, short commands) ${Math.max(0, c.busyPercent - named - c.others.reduce((n, [, v]) => n + v, 0)).toFixed(0)}; machine idle ${c.idlePercent.toFixed(0)}% of ${c.cores.toFixed(1)} cores`,
       }
-      const m = memberList[sent % members]!
-      const k = Math.floor(Math.random() * perMember)
-      inflight++
-      sent++
-      call(
-        m.server,
-        "PATCH",
-        `${group}/namespaces/${m.namespace}/backupchecks/check-${String(k).padStart(3, "0")}`,
-        { metadata: { annotations: { "bench/tick": String(sent) } } },
-        "application/merge-patch+json",
-      )
-        .catch(() => {})
-        .finally(() => inflight--)
     }
-    await sleep(10)
+    const busy = cpuLine(cpu)
+    const still = cpuLine(quiet)
+    // Member API server CPU per delivered PATCH, above their quiet floor.
+    const perPatchMs = ((busy.members - still.members) * 10 * seconds) / Math.max(1, delivered)
+    print(
+      `events (${label}): CPU, % of one core (/proc): while sending: ${busy.text}; in the ${quietSeconds} s before, no events: ${still.text}; member API servers ${perPatchMs.toFixed(2)} ms of CPU per PATCH above that floor, the driver ${(drive.cpuMs / Math.max(1, answered)).toFixed(3)} ms`,
+    )
+    if (delivered / seconds < rate * 0.95)
+      print(
+        `events (${label}): ${rate}/s NOT delivered (${(delivered / seconds).toFixed(0)}/s): the machine was ${cpu.idlePercent.toFixed(0)}% idle, the member API servers used ${(busy.members / 100).toFixed(2)} cores at ${perPatchMs.toFixed(2)} ms per PATCH (${rate}/s would need ${((perPatchMs * rate) / 1000 + still.members / 100).toFixed(2)} cores for them alone), the driver ${(cpu.byRole.get("driver") ?? 0).toFixed(0)}% of one core; PATCH p99 at the API servers ${ms(histogramQuantile(counted.patchSeconds, 0.99))}`,
+      )
+    print(
+      `event → reconcile start (workqueue wait, ms resolution) under ${(delivered / seconds).toFixed(0)} updates/s delivered (API servers' count) for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}${drive.dropped ? ` (${drive.dropped} updates not sent: ${eventInflight} in flight)` : ""}`,
+    )
+    const e2e = answerToReconcile(drive.answers, lat.takes)
+    const e2eMs = (p: number) => pct(e2e.delays, p)?.toFixed(1)
+    print(
+      `event → reconcile start seen from outside the hub (from the driver reading the PATCH's answer to a hub worker taking the check; watch delivery, decoding and workqueue wait, 0 when the reconcile began first): p50 ${e2eMs(50)} ms, p99 ${e2eMs(99)} ms, max ${e2eMs(100)} ms over ${e2e.delays.length} PATCHes${e2e.unseen ? `, ${e2e.unseen} with no reconcile seen` : ""}${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}`,
+    )
   }
-  while (inflight > 0) await sleep(50)
-  await sleep(2_000)
-  const lat = await ask<any>(proc, { cmd: "latency-stop" })
-  if (eventRt) chrt(["-a", "-o", "-p", "0"])
-  const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
-  if (profilePath) await ask(proc, { cmd: "profile-stop", path: profilePath })
-  const evCpu = (evCpu1.cpuMicros - evCpu0.cpuMicros) / 1000 / (evCpu1.at - evCpu0.at)
-  const waits = (lat.waits as number[]).sort((a, b) => a - b)
-  print(
-    `event → reconcile start (workqueue wait, ms resolution) under ${((sent - dropped) / eventSeconds).toFixed(0)} updates/s for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${eventRt ? `, hub SCHED_FIFO ${eventRt}` : ""}${dropped ? ` (${dropped} updates not sent: 256 in flight)` : ""}`,
-  )
 
   if (process.env.SKIP_WAVE !== "1" && wavePercent > 0) {
     // The wave: the first P% of every member's checks get a daily schedule at one minute; nothing else changes.

@@ -9,7 +9,8 @@
 //   threads        CPU (user, system; clock ticks) per thread name as the kernel counts it
 //                  (/proc/self/task): the main thread apart from V8's workers (GC) and libuv's pool
 //   reconciles     how many reconciles the hub finished since it started (its controller hooks)
-//   latency-start  start recording every workqueue wait (add → a worker takes the key) and event-loop delay
+//   latency-start  start recording every workqueue wait (add → a worker takes the key), when each key was
+//                  taken (epoch ms, sub-ms: the driver matches them to its PATCHes) and event-loop delay
 //   latency-stop   the recorded waits (ms) and the event-loop delay in the window
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
@@ -48,6 +49,8 @@ const config = resolveHubConfig(
 // Workqueue waits, recorded only inside a latency window.
 let recording: number[] | undefined
 let reconciles = 0
+/** "namespace/name" and when a worker took it (performance.timeOrigin + now: one clock with the driver's). */
+let takes: Array<[string, number]> | undefined
 const metrics = makeMetrics({
   processMetrics: true,
   checkSeries: config.checkMetrics,
@@ -71,6 +74,7 @@ const wrapped: typeof metrics = {
       ...hooks,
       onGet: (key: string, queuedMs: number) => {
         recording?.push(queuedMs)
+        takes?.push([key, performance.timeOrigin + performance.now()])
         hooks.onGet?.(key, queuedMs)
       },
     }
@@ -231,6 +235,7 @@ process.on("message", async (msg: any) => {
     case "latency-start":
       elu = performance.eventLoopUtilization()
       recording = []
+      takes = []
       loopDelay.reset()
       loopDelay.enable()
       process.send?.({ ok: true })
@@ -239,9 +244,12 @@ process.on("message", async (msg: any) => {
       loopDelay.disable()
       const waits = recording ?? []
       recording = undefined
+      const taken = takes ?? []
+      takes = undefined
       process.send?.({
         elu: performance.eventLoopUtilization(elu).utilization,
         waits,
+        takes: taken,
         loopP99Ms: loopDelay.percentile(99) / 1e6,
         loopMaxMs: loopDelay.max / 1e6,
       })
