@@ -306,8 +306,8 @@ export const hubSettings = {
   memoryReturnThresholdMib: setting(
     "memory-return-threshold",
     int(0, 1_048_576),
-    "256",
-    "MiB: once the memory the hub process holds beyond its JavaScript heap grew this much and stopped growing (after a burst such as a wave of restores), one full garbage collection gives it back (a pause of about 1 ms per MiB of live heap, at most every 5 minutes; the `hub` command only); 0 turns it off",
+    "0",
+    "MiB: once the memory the hub process holds beyond its JavaScript heap grew this much and the burst is over (RSS steady, no reconcile running), one full garbage collection gives it back, at most every 5 minutes; its pause grows with the live heap (4-5 s at 100,000 cached checks on a busy 2-core machine); 0 (the default) turns it off",
   ),
   logLevel: setting(
     "log-level",

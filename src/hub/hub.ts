@@ -24,6 +24,7 @@ import type { HubConfig } from "./config.ts"
 import type { MemberEntry } from "./fleet-state.ts"
 import { type Availability, startHubHttp } from "./http.ts"
 import { makeLeaderElector } from "./leader-election.ts"
+import { memoryReturnTimings, runMemoryReturn } from "./memory-return.ts"
 import { runPlacement } from "./placement/controller.ts"
 import { runPlacementMirror } from "./placement/mirror.ts"
 import { type Registration, runRegistration } from "./registration.ts"
@@ -42,6 +43,11 @@ export interface HubOptions {
   readonly accessProviders: AccessProviders | undefined
   /** Secure serving's certificate, read or made at startup; undefined: plain HTTP (no secure serving). */
   readonly servingCert: ServingCert | undefined
+  /**
+   * The process is the hub's own: give memory back after bursts (memory-return.ts, with the config's
+   * threshold). In-process test hubs, sharing their process, do not.
+   */
+  readonly returnMemory: boolean
 }
 
 export interface HubHandle {
@@ -226,6 +232,14 @@ export const runHub = Effect.fnUntraced(function* (
 
   const globalLimit = yield* makeGlobalLimit(config.maxConcurrentReconciles, metrics.addGlobalInflight)
   const syncLimit = yield* Semaphore.make(config.maxConcurrentSyncs)
+  if (options.returnMemory)
+    yield* Effect.forkScoped(
+      runMemoryReturn({
+        ...memoryReturnTimings,
+        thresholdBytes: config.memoryReturnThresholdMib * 1024 * 1024,
+        busy: () => globalLimit.inUse() > 0,
+      }),
+    )
   const statusTicker = yield* makeStatusTicker(config.statusIntervalMs)
   const statusWrites = makePriorityLimit(config.maxConcurrentStatusWrites, statusNewsClasses, {
     onWaiting: metrics.addStatusWritesWaiting,

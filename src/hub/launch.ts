@@ -12,7 +12,6 @@ import { VerdictLogLive, type VerdictLogOptions } from "../observability/verdict
 import type { HubConfig } from "./config.ts"
 import { type HubHandle, runHub } from "./hub.ts"
 import { makeLeaderIdentity } from "./leader-election.ts"
-import { memoryReturnTimings, runMemoryReturn } from "./memory-return.ts"
 import {
   loadServingFiles,
   type ServingCert,
@@ -117,18 +116,9 @@ export const launchHub = async (options: LaunchOptions): Promise<LaunchedHub> =>
         metrics,
         accessProviders,
         servingCert,
+        returnMemory: options.returnMemory === true,
       }).pipe(Scope.provide(scope), Effect.provide(services)),
     )
-    if (options.returnMemory === true)
-      await Effect.runPromise(
-        Effect.forkIn(
-          runMemoryReturn({
-            ...memoryReturnTimings,
-            thresholdBytes: config.memoryReturnThresholdMib * 1024 * 1024,
-          }),
-          scope,
-        ).pipe(Effect.provide(services)),
-      )
     const urlOf = (host: string, port: number, scheme = "http") =>
       `${scheme}://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${port}`
     let stopped: Promise<void> | undefined

@@ -3,8 +3,9 @@
 // own heap statistics, and its memory reducer does not release them: only a memory-reducing ("last
 // resort") collection does (ADR 0010, "what the memory after a wave is"). So the hub's RSS stayed near
 // its peak with a fifth of it live. This loop watches what the process holds beyond V8's resident heap;
-// once that grew by the threshold and the RSS stopped growing (the burst is over), it runs that collection:
-// one pause of the main thread, about a millisecond per MiB of live heap, at most once per interval.
+// once that grew by the threshold, the RSS stopped growing and no reconcile runs (the burst is over), it
+// runs that collection: one pause of the main thread, several milliseconds per MiB of live heap on a busy
+// machine (seconds at 100,000 cached checks), at most once per interval. Off unless a threshold is set.
 import * as v8 from "node:v8"
 import { runInNewContext } from "node:vm"
 import { Effect } from "effect"
@@ -23,19 +24,23 @@ export interface MemorySample {
   readonly rssBytes: number
   /** V8's heap pages it counts as resident (total_physical_size). */
   readonly heapResidentBytes: number
+  /** Whether the hub is working (a reconcile holds a permit of the hub-wide limit). */
+  readonly busy: boolean
 }
 
 export interface MemoryReturnState {
   /** The lowest held-beyond-the-heap figure since the last return (or the start). */
   readonly floor: number | undefined
-  /** The previous sample's RSS. */
+  /** The previous sample's RSS, and whether the hub was working then. */
   readonly previousRss: number | undefined
+  readonly previousBusy: boolean
   readonly lastReturnAt: number | undefined
 }
 
 export const initialMemoryReturnState: MemoryReturnState = {
   floor: undefined,
   previousRss: undefined,
+  previousBusy: true,
   lastReturnAt: undefined,
 }
 
@@ -50,9 +55,18 @@ export const decideMemoryReturn = (
   const held = heldBeyondHeap(sample)
   const floor = Math.min(state.floor ?? held, held)
   const grown = held - floor >= policy.thresholdBytes
-  const settled = state.previousRss !== undefined && sample.rssBytes - state.previousRss < policy.settleBytes
+  // Over: the RSS stopped growing and no reconcile ran at this sample or the one before (a wave's RSS
+  // can stand still for a sample while its reconciles go on).
+  const settled =
+    state.previousRss !== undefined &&
+    sample.rssBytes - state.previousRss < policy.settleBytes &&
+    !sample.busy &&
+    !state.previousBusy
   const spaced = state.lastReturnAt === undefined || sample.at - state.lastReturnAt >= policy.minIntervalMs
-  return { run: grown && settled && spaced, state: { ...state, floor, previousRss: sample.rssBytes } }
+  return {
+    run: grown && settled && spaced,
+    state: { ...state, floor, previousRss: sample.rssBytes, previousBusy: sample.busy },
+  }
 }
 
 /**
@@ -62,6 +76,7 @@ export const decideMemoryReturn = (
 export const afterMemoryReturn = (sample: MemorySample): MemoryReturnState => ({
   floor: heldBeyondHeap(sample),
   previousRss: sample.rssBytes,
+  previousBusy: sample.busy,
   lastReturnAt: sample.at,
 })
 
@@ -74,12 +89,15 @@ export const memoryReturnTimings = {
 
 export interface MemoryReturnOptions extends MemoryReturnPolicy {
   readonly sampleEveryMs: number
+  /** Whether the hub is working now (see MemorySample.busy). */
+  readonly busy: () => boolean
 }
 
-const sampleNow = (): MemorySample => ({
+const sampleNow = (busy: () => boolean): MemorySample => ({
   at: Date.now(),
   rssBytes: process.memoryUsage.rss(),
   heapResidentBytes: v8.getHeapStatistics().total_physical_size,
+  busy: busy(),
 })
 
 type Gc = (options: { type: "major"; execution: "sync"; flavor: "last-resort" }) => void
@@ -102,14 +120,14 @@ export const runMemoryReturn = (options: MemoryReturnOptions): Effect.Effect<voi
     let state = initialMemoryReturnState
     while (true) {
       yield* Effect.sleep(options.sampleEveryMs)
-      const before = sampleNow()
+      const before = sampleNow(options.busy)
       const decision = decideMemoryReturn(options, state, before)
       state = decision.state
       if (!decision.run) continue
       const startedAt = performance.now()
       gc({ type: "major", execution: "sync", flavor: "last-resort" })
       const pauseMs = Math.round(performance.now() - startedAt)
-      const after = sampleNow()
+      const after = sampleNow(options.busy)
       state = afterMemoryReturn(after)
       yield* Effect.logInfo("returned memory held after a burst").pipe(
         Effect.annotateLogs({

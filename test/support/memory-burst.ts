@@ -19,6 +19,7 @@ const loop = Effect.runFork(
     settleBytes: 64 * mib,
     minIntervalMs: 60_000,
     sampleEveryMs: 250,
+    busy: () => false,
   }),
 )
 await sleep(600)

@@ -18,18 +18,22 @@ const policy: MemoryReturnPolicy = {
   minIntervalMs: 300_000,
 }
 /** A sample whose memory held beyond V8's heap is `heldMib` (the heap itself 500 MiB). */
-const sample = (at: number, heldMib: number) => ({
+const sample = (at: number, heldMib: number, busy = false) => ({
   at,
   rssBytes: (500 + heldMib) * mib,
   heapResidentBytes: 500 * mib,
+  busy,
 })
 
-/** Feeds samples (seconds, held MiB) in order; the times at which a return would run. */
-const runsFor = (samples: ReadonlyArray<readonly [number, number]>, after?: (at: number) => number) => {
+/** Feeds samples (seconds, held MiB, hub working) in order; the times at which a return would run. */
+const runsFor = (
+  samples: ReadonlyArray<readonly [number, number, boolean?]>,
+  after?: (at: number) => number,
+) => {
   let state: MemoryReturnState = initialMemoryReturnState
   const runs: number[] = []
-  for (const [s, held] of samples) {
-    const d = decideMemoryReturn(policy, state, sample(s * 1000, held))
+  for (const [s, held, busy] of samples) {
+    const d = decideMemoryReturn(policy, state, sample(s * 1000, held, busy))
     state = d.state
     if (d.run) {
       runs.push(s)
@@ -52,6 +56,20 @@ describe("memory return", () => {
         [150, 712],
       ]),
     ).toEqual([120])
+  })
+
+  it("waits while reconciles run, though the RSS stands still (a wave), until two samples find none", () => {
+    expect(
+      runsFor([
+        [0, 100],
+        [30, 500, true],
+        [60, 505, true],
+        [90, 505, false],
+        [120, 506, true],
+        [150, 506, false],
+        [180, 506, false],
+      ]),
+    ).toEqual([180])
   })
 
   it("does not run for growth under the threshold, nor on the first sample", () => {
