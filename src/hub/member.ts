@@ -757,18 +757,21 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         ),
       )
   })
-  // Woken by the ticker when a round has effects; the ticker skips the member until they are done, as
-  // the next round used to wait for the previous one.
+  // Woken by the ticker when a round has effects, one run of them at a time. The round's plain part runs
+  // on every tick even while effects are pending: a MemberCluster write can wait its turn under the
+  // hub-wide bound for many rounds (ADR 0010, 2026-12-01 addendum), and the watch health every view
+  // reads must stay current meanwhile. Effects found while others are pending fold into the next run.
   const roundWithEffects = yield* Queue.sliding<void>(1)
   let effectsPending = false
+  const round = (now: number) => {
+    if (!statusRound(now) || effectsPending) return
+    effectsPending = true
+    Queue.offerUnsafe(roundWithEffects, undefined)
+  }
   const statusLoop = Effect.gen(function* () {
     // The first round at once (as the member engages), the others on the ticker.
-    if (statusRound(yield* Clock.currentTimeMillis)) yield* statusEffects
-    yield* deps.statusTicker.register(entry.name, (now) => {
-      if (effectsPending || !statusRound(now)) return
-      effectsPending = true
-      Queue.offerUnsafe(roundWithEffects, undefined)
-    })
+    round(yield* Clock.currentTimeMillis)
+    yield* deps.statusTicker.register(entry.name, round)
     while (true) {
       yield* Queue.take(roundWithEffects)
       yield* statusEffects.pipe(
