@@ -1259,8 +1259,15 @@ describe("deploy/: manifests, RBAC and image", () => {
     expect(serving.certificate).toBe("self-signed")
     for (const probe of [container.readinessProbe, container.livenessProbe]) {
       expect(probe.httpGet.scheme).toBe("HTTPS")
-      const r = await getTls(`${serving.url}${probe.httpGet.path}`, undefined)
-      expect(r.status).toBe(200)
+      // Ready once the registrations are listed, which may be just after the Lease (503 until then).
+      let last = { status: 0, text: "" }
+      const r = await waitUntil(`${probe.httpGet.path} to answer 200`, 20_000, async () => {
+        const got = await getTls(`${serving.url}${probe.httpGet.path}`, undefined)
+        last = got
+        return got.status === 200 ? got : undefined
+      }).catch((e) => {
+        throw new Error(`${e.message}; last answer ${last.status}: ${last.text}`)
+      })
       expect(r.fingerprint, "the certificate the log line names").toBe(serving.fingerprint)
     }
     const t1 = Date.now()
