@@ -685,7 +685,8 @@ try {
   const goEnv = ["GOMAXPROCS", "GOGC", "GOMEMLIMIT"]
     .filter((n) => process.env[n])
     .map((n) => `${n}=${process.env[n]}`)
-  for (const [phaseIndex, phase] of phases.entries()) {
+  // EVENT_SECONDS=0: no events at all (nothing printed for them).
+  for (const [phaseIndex, phase] of (eventSeconds > 0 ? phases : []).entries()) {
     // "h1" or "h2", then "@<rate>" for another rate than EVENT_RATE, then "+rt".
     const parsed = /^(h1|h2)(?:@(\d+))?(\+rt)?$/.exec(phase)
     if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2[@rate][+rt]`)
