@@ -155,7 +155,7 @@ const syncOnce = Effect.fnUntraced(function* (
   if (seen !== undefined && jsonEqual(seen.labels, entry.labels)) {
     const desired = memberClusterStatus(entry, seen.status, now, views)
     if (!writeDue(seen, desired, now)) {
-      entry.lastStatus = desired
+      keepUnchanged(entry, desired)
       return
     }
     delete entry.lastSeen
@@ -268,8 +268,19 @@ export const statusUnchanged = (
   if (seen === undefined || !jsonEqual(seen.labels, entry.labels)) return false
   const desired = memberClusterStatus(entry, seen.status, now, views)
   if (writeDue(seen, desired, now)) return false
-  entry.lastStatus = desired
+  keepUnchanged(entry, desired)
   return true
+}
+
+/**
+ * Keeps `desired`, found equal to what was written (its probe time aside), as entry.lastStatus only when
+ * its probe time moved. lastStatus was set with lastSeen (remember) or by such a round since, so it
+ * already equals `desired` but for that time. A converged member's round then retains nothing new: a
+ * status kept every round lived one status interval, long enough for the young generation to promote
+ * it, and the old generation's garbage is what makes the collector mark a 500 MiB heap again and again.
+ */
+const keepUnchanged = (entry: MemberEntry, desired: MemberClusterStatus) => {
+  if (entry.lastStatus?.lastProbeTime !== desired.lastProbeTime) entry.lastStatus = desired
 }
 
 /** Whether the written probe time is a refresh period behind the desired one (or missing). */
@@ -335,6 +346,8 @@ const probeOnce = Effect.fnUntraced(function* (
       method: "GET",
       path: pathOf(backupChecks, { namespace }),
       query: { limit: "1" },
+      // Only the answer's status matters: its body (the check it lists) is not decoded.
+      discardBody: true,
       silenceTimeoutMs: timeoutMs,
       timeoutMs: Math.max(timeoutMs, Math.min(busyProbeTimeoutMs, timings.probeIntervalMs)),
     })
@@ -658,7 +671,9 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   // The same views the fleet API shows: Unknown while unreachable or not verified for this spec. Asked
   // again once a status write holds its permit, so what it writes is the state then.
   const currentViews = () => {
-    const unseen = JSON.stringify(unseenBecause(entry) ?? null)
+    const because = unseenBecause(entry)
+    // A string only while the member is unseen: a converged member's round allocates none.
+    const unseen = because === undefined ? undefined : `${because.reason}\n${because.message}`
     if (checksChanged || unseen !== viewsUnseen) {
       checksChanged = false
       viewsUnseen = unseen

@@ -336,10 +336,14 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
       yield* Effect.logInfo("continue token expired mid-list; restarting the LIST")
     }
   }).pipe(
-    Effect.withSpan("informer.list", {
-      root: true,
-      attributes: { "k8s.cluster.name": client.cluster, "k8s.resource": resourceName, informer: name },
-    }),
+    Effect.withSpan(
+      "informer.list",
+      {
+        root: true,
+        attributes: { "k8s.cluster.name": client.cluster, "k8s.resource": resourceName, informer: name },
+      },
+      { captureStackTrace: false },
+    ),
   )
 
   const applyList = (listed: { items: Array<T>; resourceVersion: string }) => {
