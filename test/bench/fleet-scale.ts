@@ -31,7 +31,8 @@
 // AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), PROFILE_IDLE_HEAP=<file> (what the hub
-// allocated over the idle window, V8's sampling heap profile), SNAPSHOT=<file> (a heap snapshot
+// allocated over the idle window and still held at its end, V8's sampling heap profile; with
+// PROFILE_IDLE_HEAP_PROMOTED=1 also what major GCs collected meanwhile: what was promoted), SNAPSHOT=<file> (a heap snapshot
 // once converged), SNAPSHOT_AFTER_WAVE=<file> (one after the wave's last measurement; read it with
 // heap-summary.ts), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
 // malloc), HUB_ENV="NAME=value ..." (more environment for the hub process only), HUB_NODE_FLAGS="<flags>" (node and V8
@@ -567,7 +568,8 @@ try {
   const idleProfile = process.env.PROFILE_IDLE
   if (idleProfile) await ask(proc, { cmd: "profile-start" })
   const idleHeapProfile = process.env.PROFILE_IDLE_HEAP
-  if (idleHeapProfile) await ask(proc, { cmd: "heap-sampling-start" })
+  if (idleHeapProfile)
+    await ask(proc, { cmd: "heap-sampling-start", promoted: process.env.PROFILE_IDLE_HEAP_PROMOTED === "1" })
   const cpu0 = await ask<any>(proc, { cmd: "cpu" })
   const threads0 = await ask<any>(proc, { cmd: "threads" })
   // The window in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time refresh period each), each

@@ -212,7 +212,12 @@ process.on("message", async (msg: any) => {
       return
     case "heap-sampling-start":
       await profiler.post("HeapProfiler.enable")
-      await profiler.post("HeapProfiler.startSampling", { samplingInterval: 32 * 1024 })
+      // With `promoted`, also what a major GC collected since: everything that outlived the young
+      // generation, which is what the major GCs of a converged hub are paid for.
+      await profiler.post("HeapProfiler.startSampling", {
+        samplingInterval: 32 * 1024,
+        ...(msg.promoted === true ? { includeObjectsCollectedByMajorGC: true } : {}),
+      })
       process.send?.({ ok: true })
       return
     case "heap-sampling-stop": {
