@@ -191,6 +191,12 @@ export const hubSettings = {
     "2s",
     "how often MemberCluster status is recomputed (written only when it changed)",
   ),
+  statusRefreshMs: setting(
+    "status-refresh-interval",
+    duration("10s", "1h"),
+    "5m",
+    "how often an unchanged MemberCluster status is written again to refresh its lastProbeTime (a change is written at the next status round; an edit behind the hub's back is put right at the latest then)",
+  ),
   drainGraceMs: setting(
     "drain-grace",
     duration("0s", "10m"),

@@ -44,6 +44,7 @@ export type MemberSettings = Pick<
   | "probeSuccessThreshold"
   | "cacheSyncTimeoutMs"
   | "statusIntervalMs"
+  | "statusRefreshMs"
   | "runningPollMs"
   | "sandboxCleanupTimeoutMs"
   | "sandboxOrphanGraceMs"
@@ -98,13 +99,19 @@ export interface MemberSpec {
 const memberClusterPath = (name: string, subresource?: string) =>
   pathOf(memberClusters, { name, subresource })
 
-/** The probe time alone changing is not worth a write every status interval: it is refreshed this often. */
-export const probeTimeRefreshMs = 60_000
-
-/** Whether a status the hub wrote (seen) must be written again: it changed, or its probe time is due. */
-const writeDue = (seen: NonNullable<MemberEntry["lastSeen"]>, desired: MemberClusterStatus, now: number) =>
-  now - seen.at >= probeTimeRefreshMs ||
-  probeTimeStale(desired, seen.status) ||
+/**
+ * Whether a status the hub wrote (seen) must be written again: it changed, or its probe time is due.
+ * The probe time alone changing is not worth a write every status interval: it is refreshed every
+ * `refreshMs` (--status-refresh-interval).
+ */
+const writeDue = (
+  seen: NonNullable<MemberEntry["lastSeen"]>,
+  desired: MemberClusterStatus,
+  now: number,
+  refreshMs: number,
+) =>
+  now - seen.at >= refreshMs ||
+  probeTimeStale(desired, seen.status, refreshMs) ||
   !sameExceptProbeTime(desired, seen.status)
 
 /**
@@ -125,9 +132,10 @@ const writeDue = (seen: NonNullable<MemberEntry["lastSeen"]>, desired: MemberClu
 export const syncMemberCluster = (
   hubClient: KubeClient,
   entry: MemberEntry,
+  refreshMs: number,
   views?: ReadonlyArray<CheckView>,
 ): Effect.Effect<void, KubeError> =>
-  Semaphore.withPermit(syncLockOf(entry))(syncOnce(hubClient, entry, views))
+  Semaphore.withPermit(syncLockOf(entry))(syncOnce(hubClient, entry, refreshMs, views))
 
 /**
  * One sync of a member's MemberCluster at a time: the registration controller and the member's status
@@ -148,14 +156,15 @@ const syncLockOf = (entry: MemberEntry) => {
 const syncOnce = Effect.fnUntraced(function* (
   hubClient: KubeClient,
   entry: MemberEntry,
+  refreshMs: number,
   views?: ReadonlyArray<CheckView>,
 ) {
   const now = yield* Clock.currentTimeMillis
   const seen = entry.lastSeen
   if (seen !== undefined && jsonEqual(seen.labels, entry.labels)) {
     const desired = memberClusterStatus(entry, seen.status, now, views)
-    if (!writeDue(seen, desired, now)) {
-      keepUnchanged(entry, desired)
+    if (!writeDue(seen, desired, now, refreshMs)) {
+      entry.lastStatus = desired
       return
     }
     delete entry.lastSeen
@@ -217,7 +226,7 @@ const syncOnce = Effect.fnUntraced(function* (
     })
   }
   const desired: MemberClusterStatus = memberClusterStatus(entry, current.status, now, views)
-  if (!sameExceptProbeTime(desired, current.status) || probeTimeStale(desired, current.status))
+  if (!sameExceptProbeTime(desired, current.status) || probeTimeStale(desired, current.status, refreshMs))
     current = yield* writeStatus(hubClient, entry.name, current.metadata.resourceVersion, desired)
   remember(entry, desired, current, now)
 })
@@ -236,7 +245,7 @@ export const syncMemberClusterBounded = Effect.fnUntraced(function* (
   entry: MemberEntry,
   statusWrites: PriorityLimit,
   views: () => ReadonlyArray<CheckView>,
-  recheckMs: number,
+  timings: Pick<MemberSettings, "statusIntervalMs" | "statusRefreshMs">,
 ) {
   const news = (now: number) => {
     const written = entry.lastSeen?.status ?? entry.lastStatus
@@ -244,12 +253,15 @@ export const syncMemberClusterBounded = Effect.fnUntraced(function* (
     return { desired, news: newsOf(written, desired) }
   }
   const now = yield* Clock.currentTimeMillis
-  if (statusUnchanged(entry, views(), now)) return
+  if (statusUnchanged(entry, views(), now, timings.statusRefreshMs)) return
   const first = news(now)
   yield* statusWrites.withPermit(
     first.news,
-    Effect.suspend(() => syncMemberCluster(hubClient, entry, views())),
-    { everyMs: recheckMs, priority: Effect.map(Clock.currentTimeMillis, (t) => news(t).news) },
+    Effect.suspend(() => syncMemberCluster(hubClient, entry, timings.statusRefreshMs, views())),
+    {
+      everyMs: timings.statusIntervalMs,
+      priority: Effect.map(Clock.currentTimeMillis, (t) => news(t).news),
+    },
   )
 })
 
@@ -263,31 +275,25 @@ export const statusUnchanged = (
   entry: MemberEntry,
   views: ReadonlyArray<CheckView> | undefined,
   now: number,
+  refreshMs: number,
 ): boolean => {
   const seen = entry.lastSeen
   if (seen === undefined || !jsonEqual(seen.labels, entry.labels)) return false
   const desired = memberClusterStatus(entry, seen.status, now, views)
-  if (writeDue(seen, desired, now)) return false
-  keepUnchanged(entry, desired)
+  if (writeDue(seen, desired, now, refreshMs)) return false
+  entry.lastStatus = desired
   return true
 }
 
-/**
- * Keeps `desired`, found equal to what was written (its probe time aside), as entry.lastStatus only when
- * its probe time moved. lastStatus was set with lastSeen (remember) or by such a round since, so it
- * already equals `desired` but for that time. A converged member's round then retains nothing new: a
- * status kept every round lived one status interval, long enough for the young generation to promote
- * it, and the old generation's garbage is what makes the collector mark a 500 MiB heap again and again.
- */
-const keepUnchanged = (entry: MemberEntry, desired: MemberClusterStatus) => {
-  if (entry.lastStatus?.lastProbeTime !== desired.lastProbeTime) entry.lastStatus = desired
-}
-
 /** Whether the written probe time is a refresh period behind the desired one (or missing). */
-const probeTimeStale = (desired: MemberClusterStatus, written: MemberClusterStatus | undefined) =>
+const probeTimeStale = (
+  desired: MemberClusterStatus,
+  written: MemberClusterStatus | undefined,
+  refreshMs: number,
+) =>
   desired.lastProbeTime !== undefined &&
   (!written?.lastProbeTime ||
-    Date.parse(desired.lastProbeTime) - Date.parse(written.lastProbeTime) >= probeTimeRefreshMs)
+    Date.parse(desired.lastProbeTime) - Date.parse(written.lastProbeTime) >= refreshMs)
 
 /** A status merge patch that applies only to the resourceVersion given (409 Conflict otherwise). */
 const writeStatus = (
@@ -747,7 +753,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       delete entry.lastSeen
       return loggedWatchFailure !== undefined
     }
-    return loggedWatchFailure !== undefined || !statusUnchanged(entry, currentViews(), now)
+    return (
+      loggedWatchFailure !== undefined ||
+      !statusUnchanged(entry, currentViews(), now, timings.statusRefreshMs)
+    )
   }
   /** The round's effects: its log line, and the MemberCluster sync when something is to be written. */
   const statusEffects = Effect.gen(function* () {
@@ -758,13 +767,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
         Effect.annotateLogs({ reason: failure.reason, error: failure.message }),
       )
     if (owned)
-      yield* syncMemberClusterBounded(
-        deps.hubClient,
-        entry,
-        deps.statusWrites,
-        currentViews,
-        timings.statusIntervalMs,
-      ).pipe(
+      yield* syncMemberClusterBounded(deps.hubClient, entry, deps.statusWrites, currentViews, timings).pipe(
         Effect.catch((e) =>
           Effect.logWarning("writing MemberCluster status failed; retrying").pipe(
             Effect.annotateLogs({ error: e.message }),

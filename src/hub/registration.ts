@@ -882,7 +882,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
 
       if (desired.kind === "engine") {
         delete st.announced
-        if (owned) yield* syncMemberCluster(options.hubClientFor(name), entry)
+        if (owned) yield* syncMemberCluster(options.hubClientFor(name), entry, config.statusRefreshMs)
         return {}
       }
       const refusal =
@@ -902,7 +902,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
                   ),
               }
       entry.refused = refusal
-      if (owned) yield* syncMemberCluster(options.hubClientFor(name), entry)
+      if (owned) yield* syncMemberCluster(options.hubClientFor(name), entry, config.statusRefreshMs)
       if (desired.kind !== "disengaging" && st.announced !== refusal.message) {
         st.announced = refusal.message
         if (desired.kind === "refused")

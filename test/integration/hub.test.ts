@@ -280,6 +280,8 @@ describe("hub with three members", () => {
       checks: () => [],
     }
     const path = "/apis/fleetcheck.io/v1alpha1/memberclusters/refresh-probe"
+    // --status-refresh-interval given as one minute here: the rounds below step the clock by it.
+    const refreshMs = 60_000
     const refreshes = 5
     const { initial, before, after, labels } = await Effect.runPromise(
       Effect.gen(function* () {
@@ -290,7 +292,7 @@ describe("hub with three members", () => {
         })
         const round = Effect.gen(function* () {
           entry.probe.lastProbeTime = yield* Clock.currentTimeMillis
-          yield* syncMemberCluster(client, entry)
+          yield* syncMemberCluster(client, entry, refreshMs)
         })
         yield* TestClock.setTime(Date.parse("2026-01-01T00:00:00Z"))
         // The registration controller and the member's status loop both sync a new member.
@@ -301,7 +303,7 @@ describe("hub with three members", () => {
           // Status rounds in between send nothing; the refresh a minute later sends one PATCH.
           for (let t = 0; t < 3; t++) {
             yield* TestClock.adjust(19_000)
-            yield* syncMemberCluster(client, entry)
+            yield* syncMemberCluster(client, entry, refreshMs)
           }
           yield* TestClock.adjust(4_000)
           yield* round

@@ -74,6 +74,7 @@ describe("hub configuration", () => {
       "probe-success-threshold": "2",
       "cache-sync-timeout": "45s",
       "status-interval": "5s",
+      "status-refresh-interval": "2m",
       "drain-grace": "10s",
       "running-poll": "15s",
       "sandbox-cleanup-timeout": "5m",

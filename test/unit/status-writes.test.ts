@@ -109,7 +109,10 @@ describe("MemberCluster status writes under the hub-wide bound", () => {
         const members = new Map(names.map((n) => [n, healthyMember(n)]))
         const round = (name: string) => {
           const m = members.get(name)!
-          return syncMemberClusterBounded(hub.client, m, limit, () => checkViews(m), 1_000)
+          return syncMemberClusterBounded(hub.client, m, limit, () => checkViews(m), {
+            statusIntervalMs: 1_000,
+            statusRefreshMs: 60_000,
+          })
         }
         // Every member written once, as at engagement.
         for (const name of names) yield* round(name)
