@@ -121,11 +121,11 @@ const writeDue = (
  * silently overwritten (a conflict waits for the next round).
  *
  * What the hub last read or wrote is kept on the entry (lastSeen): while it is younger than
- * probeTimeRefreshMs and the labels agree, an unchanged status sends nothing. A change, or the
- * probe-time refresh once a minute, is one PATCH carrying lastSeen's resourceVersion, with no GET
+ * `refreshMs` (--status-refresh-interval) and the labels agree, an unchanged status sends nothing. A
+ * change, or the probe-time refresh, is one PATCH carrying lastSeen's resourceVersion, with no GET
  * before it: any write by someone else since (labels, spec, status) fails it with a conflict and a
  * deletion with NotFound, and then the object is read (or created) and written as on the first round.
- * So the minute's refresh still finds a MemberCluster deleted or edited behind the hub's back. Any other
+ * So the refresh still finds a MemberCluster deleted or edited behind the hub's back. Any other
  * failure leaves lastSeen unset, so the next round reads it again. `views` saves building the check
  * views again.
  */

@@ -10,7 +10,7 @@
 //            checks verified; or more failing; or more missing an objective;
 //   change   anything else but the probe time (better news, a new message, a first write, counts that
 //            moved without anything turning less green);
-//   refresh  the probe time alone (the once-a-minute lastProbeTime refresh).
+//   refresh  the probe time alone (the lastProbeTime refresh, every --status-refresh-interval).
 // A new check counts as Unknown: more unknown alone is a change, not bad news (nothing was green).
 import type { MemberClusterStatus } from "../api/membercluster.ts"
 import { jsonEqual } from "../reconcile/merge-patch.ts"
