@@ -114,6 +114,36 @@ const hubEnv = (hub: LocalCluster) => ({
       .map((w) => [w.slice(0, w.indexOf("=")), w.slice(w.indexOf("=") + 1)]),
   ),
 })
+/**
+ * A fixed piece of work (parse and print 2,000 BackupCheck-like objects, ten times) and the CPU it took
+ * in this process, in ms: a slower machine (another VM's load on the host, a lower clock) shows as a
+ * higher figure, which tells a hub that did more from a machine that ran slower.
+ */
+const calibrationText = JSON.stringify(
+  Array.from({ length: 2_000 }, (_, i) => ({
+    apiVersion: "fleetcheck.io/v1alpha1",
+    kind: "BackupCheck",
+    metadata: {
+      name: `check-${i}`,
+      namespace: `ns-${i % 100}`,
+      labels: { team: "bench" },
+      resourceVersion: `${i}`,
+    },
+    spec: { backup: { name: `b-${i}`, source: `s3://backups/ns/${i}` }, schedule: "*/5 * * * *" },
+    status: {
+      conditions: [{ type: "Verified", status: "True", reason: "RestoreSucceeded", message: `run ${i}` }],
+    },
+  })),
+)
+const calibrationCpuMs = () => {
+  const before = process.cpuUsage()
+  let n = 0
+  for (let k = 0; k < 10; k++) n += JSON.stringify(JSON.parse(calibrationText)).length
+  const used = process.cpuUsage(before)
+  if (n === 0) throw new Error("unreachable")
+  return (used.user + used.system) / 1000
+}
+
 /** Node and V8 flags of the hub process: --expose-gc, and HUB_NODE_FLAGS (e.g. --max-semi-space-size=16). */
 const hubExecArgv = [
   "--expose-gc",
@@ -574,7 +604,7 @@ try {
   const threads0 = await ask<any>(proc, { cmd: "threads" })
   // The window in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time refresh period each), each
   // with the hub's CPU and the reconciles it finished, so a resync's burst shows beside the average.
-  const slices: Array<{ cpu: number; reconciles: number; seconds: number }> = []
+  const slices: Array<{ cpu: number; reconciles: number; seconds: number; calibrationMs: number }> = []
   let sliceCpu = cpu0
   let sliceReconciles = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
   const reconciles0 = sliceReconciles
@@ -586,6 +616,7 @@ try {
       cpu: (c.cpuMicros - sliceCpu.cpuMicros) / 1000 / (c.at - sliceCpu.at),
       reconciles: r - sliceReconciles,
       seconds: (c.at - sliceCpu.at) / 1000,
+      calibrationMs: calibrationCpuMs(),
     })
     sliceCpu = c
     sliceReconciles = r
@@ -648,6 +679,9 @@ try {
     `converged CPU: ${(idleCpu * 100).toFixed(1)}% of one core (${((idleCpu * 100) / members).toFixed(3)}% per member) over ${idleSeconds} s; ${sliceReconciles - reconciles0} reconciles in it`,
   )
   const sliceCpus = slices.map((x) => x.cpu * 100)
+  print(
+    `  machine speed, the CPU a fixed piece of JSON work took in this script after each slice (same work, so a higher figure is a slower machine, e.g. another VM's load): ${slices.map((x) => `${x.calibrationMs.toFixed(0)} ms`).join(", ")}`,
+  )
   print(
     `  per ${idleSliceSeconds} s slice: ${slices.map((x) => `${(x.cpu * 100).toFixed(1)}% (${x.reconciles} reconciles${Math.abs(x.seconds - idleSliceSeconds) > 1 ? `, ${x.seconds.toFixed(0)} s` : ""})`).join(", ")}; max ${Math.max(...sliceCpus).toFixed(1)}%, min ${Math.min(...sliceCpus).toFixed(1)}%`,
   )
