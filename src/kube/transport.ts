@@ -104,13 +104,13 @@ const maxSessionMemoryMb = 64
 /** Streams opened before the server's SETTINGS say how many it allows (kube-apiserver announces 100 unless --http2-max-streams-per-connection says otherwise). */
 const initialMaxStreams = 100
 
-/** A node-style error: the client reports its code (KubeTransportError.code) and message. */
 /**
  * Drops every listener of a closed stream (its own and the client's: they hold the request, its
  * handlers and the waiting fiber). Node's stream objects outlive the young generation (their native
- * half keeps them until a major GC), and whatever their listeners reach is promoted with them: about
- * 6 KB of every request, measured with the hub's client. 'close' is a stream's last event; an error
- * listener stays so that nothing emitted afterwards could throw.
+ * half keeps them until a major GC), and whatever their listeners reach is promoted with them (with
+ * the hub's client at 50 requests a second, what a request left to the old generation fell from about
+ * 9 to 6.8 KB). 'close' is a stream's last event; an error listener stays so that nothing emitted
+ * afterwards could throw.
  */
 const releaseListeners = (stream: http2.ClientHttp2Stream) => {
   stream.removeAllListeners()
@@ -118,6 +118,7 @@ const releaseListeners = (stream: http2.ClientHttp2Stream) => {
 }
 const ignoreError = () => {}
 
+/** A node-style error: the client reports its code (KubeTransportError.code) and message. */
 const codedError = (code: string, message: string) => Object.assign(new Error(message), { code })
 
 /**
