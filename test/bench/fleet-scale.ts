@@ -41,7 +41,8 @@
 // process's stdout and stderr, its logs, appended there instead of dropped), EVENT_RT=<1..99> (the
 // SCHED_FIFO priority of +rt runs; set alone, the events run as "h2+rt"), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
-// converged CPU, requests, memory).
+// converged CPU over its own idle window, requests, memory; node:<flag> is a node/V8 flag of that hub
+// process, e.g. KNOBS="--probe-interval 1m;node:--heap-growing-percent=50").
 import { type ChildProcess, execFileSync, fork } from "node:child_process"
 import { openSync } from "node:fs"
 import * as https from "node:https"
@@ -262,6 +263,15 @@ const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) 
   let req: ReturnType<typeof https.request> | undefined
   let stopped = false
   const sep = path.includes("?") ? "&" : "?"
+  // A LIST that fails (the API server hung up on it at the wave's peak) is tried again a second later:
+  // a watch given up would leave that server's Jobs uncompleted and its checks never verified.
+  const relist = () =>
+    start(true).catch((e) => {
+      log(`watch ${path} on ${c.name}: ${e}; listing again in 1 s`)
+      setTimeout(() => {
+        if (!stopped) relist()
+      }, 1_000)
+    })
   const start = async (again: boolean): Promise<void> => {
     const list = (await must("list", call(c, "GET", again ? path : `${path}${sep}limit=1`))).body
     if (stopped) return
@@ -272,7 +282,7 @@ const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) 
       restarted = true
       watchRestarts++
       log(`watch ${path} on ${c.name} ${why}; listing and watching again`)
-      start(true).catch((e) => log(`watch ${path} on ${c.name}: ${e}`))
+      relist()
     }
     req = https.request(
       new URL(`${path}${sep}watch=true&resourceVersion=${list.metadata.resourceVersion}`, c.server),
@@ -376,6 +386,67 @@ const ask = <T>(proc: ChildProcess, msg: object) =>
     proc.once("message", (m: any) => resolve(m))
     proc.send(msg)
   })
+
+/**
+ * The hub's idle window (IDLE_SECONDS) in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time
+ * refresh period each), each with the hub's CPU and the reconciles it finished, so a resync's burst shows
+ * beside the average; CPU per thread and the GCs over the whole window.
+ */
+const idleWindow = async (proc: ChildProcess) => {
+  const cpu0 = await ask<any>(proc, { cmd: "cpu" })
+  const threads0 = await ask<any>(proc, { cmd: "threads" })
+  const gc0 = await ask<any>(proc, { cmd: "gc" })
+  const slices: Array<{ cpu: number; reconciles: number; seconds: number; calibrationMs: number }> = []
+  let sliceCpu = cpu0
+  let sliceReconciles = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
+  const reconciles0 = sliceReconciles
+  for (let left = idleSeconds; left > 0; left -= idleSliceSeconds) {
+    await sleep(Math.min(left, idleSliceSeconds) * 1000)
+    const c = await ask<any>(proc, { cmd: "cpu" })
+    const r = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
+    slices.push({
+      cpu: (c.cpuMicros - sliceCpu.cpuMicros) / 1000 / (c.at - sliceCpu.at),
+      reconciles: r - sliceReconciles,
+      seconds: (c.at - sliceCpu.at) / 1000,
+      calibrationMs: calibrationCpuMs(),
+    })
+    sliceCpu = c
+    sliceReconciles = r
+  }
+  const threads1 = await ask<any>(proc, { cmd: "threads" })
+  const gc1 = await ask<any>(proc, { cmd: "gc" })
+  const ms = sliceCpu.at - cpu0.at
+  return {
+    ms,
+    cpu: (sliceCpu.cpuMicros - cpu0.cpuMicros) / 1000 / ms,
+    reconciles: sliceReconciles - reconciles0,
+    slices,
+    threads: threadsLine(threads0.threads, threads1.threads, ms),
+    gc: {
+      major: gc1.major.count - gc0.major.count,
+      majorPauseMs: gc1.major.pauseMs - gc0.major.pauseMs,
+      minor: gc1.minor.count - gc0.minor.count,
+      minorPauseMs: gc1.minor.pauseMs - gc0.minor.pauseMs,
+    },
+  }
+}
+
+const printIdleWindow = (title: string, w: Awaited<ReturnType<typeof idleWindow>>) => {
+  print(
+    `${title}: ${(w.cpu * 100).toFixed(1)}% of one core (${((w.cpu * 100) / members).toFixed(3)}% per member) over ${(w.ms / 1000).toFixed(0)} s; ${w.reconciles} reconciles in it`,
+  )
+  const sliceCpus = w.slices.map((x) => x.cpu * 100)
+  print(
+    `  machine speed, the CPU a fixed piece of JSON work took in this script after each slice (same work, so a higher figure is a slower machine, e.g. another VM's load): ${w.slices.map((x) => `${x.calibrationMs.toFixed(0)} ms`).join(", ")}`,
+  )
+  print(
+    `  per ${idleSliceSeconds} s slice: ${w.slices.map((x) => `${(x.cpu * 100).toFixed(1)}% (${x.reconciles} reconciles${Math.abs(x.seconds - idleSliceSeconds) > 1 ? `, ${x.seconds.toFixed(0)} s` : ""})`).join(", ")}; max ${Math.max(...sliceCpus).toFixed(1)}%, min ${Math.min(...sliceCpus).toFixed(1)}%`,
+  )
+  print(`  by thread (user + system, % of one core): ${w.threads}`)
+  print(
+    `  garbage collections (node's count, main-thread pauses; a major GC's incremental marking steps are not in its pause): ${w.gc.major} major, ${w.gc.majorPauseMs.toFixed(0)} ms; ${w.gc.minor} minor, ${w.gc.minorPauseMs.toFixed(0)} ms`,
+  )
+}
 
 // ---- run ----------------------------------------------------------------------------------------------
 const names = ["hub", ...Array.from({ length: apiserverCount }, (_, i) => `a${i + 1}`)]
@@ -600,35 +671,12 @@ try {
   const idleHeapProfile = process.env.PROFILE_IDLE_HEAP
   if (idleHeapProfile)
     await ask(proc, { cmd: "heap-sampling-start", promoted: process.env.PROFILE_IDLE_HEAP_PROMOTED === "1" })
-  const cpu0 = await ask<any>(proc, { cmd: "cpu" })
-  const threads0 = await ask<any>(proc, { cmd: "threads" })
-  // The window in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time refresh period each), each
-  // with the hub's CPU and the reconciles it finished, so a resync's burst shows beside the average.
-  const slices: Array<{ cpu: number; reconciles: number; seconds: number; calibrationMs: number }> = []
-  let sliceCpu = cpu0
-  let sliceReconciles = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
-  const reconciles0 = sliceReconciles
-  for (let left = idleSeconds; left > 0; left -= idleSliceSeconds) {
-    await sleep(Math.min(left, idleSliceSeconds) * 1000)
-    const c = await ask<any>(proc, { cmd: "cpu" })
-    const r = (await ask<any>(proc, { cmd: "reconciles" })).reconciles as number
-    slices.push({
-      cpu: (c.cpuMicros - sliceCpu.cpuMicros) / 1000 / (c.at - sliceCpu.at),
-      reconciles: r - sliceReconciles,
-      seconds: (c.at - sliceCpu.at) / 1000,
-      calibrationMs: calibrationCpuMs(),
-    })
-    sliceCpu = c
-    sliceReconciles = r
-  }
-  const cpu1 = sliceCpu
-  const threads1 = await ask<any>(proc, { cmd: "threads" })
+  const idle = await idleWindow(proc)
   if (idleProfile) await ask(proc, { cmd: "profile-stop", path: idleProfile })
   if (idleHeapProfile) await ask(proc, { cmd: "heap-sampling-stop", path: idleHeapProfile })
   const idleAfter = await scrapeAll()
   const mem1 = await ask<any>(proc, { cmd: "measure" })
-  const idleCpu = (cpu1.cpuMicros - cpu0.cpuMicros) / 1000 / (cpu1.at - cpu0.at)
-  const idleMinutes = (cpu1.at - cpu0.at) / 60_000
+  const idleMinutes = idle.ms / 60_000
   let memberIdle = 0
   for (const c of servers)
     memberIdle += sum(delta(idleAfter.get(c)!, idleBefore.get(c)!), (k) => memberResources.test(k))
@@ -675,19 +723,7 @@ try {
     `memory after GC, after the ${idleSeconds} s idle window: heap ${mib(mem1.heap)} (${mem1.heap >= mem0.heap ? "+" : ""}${mib(mem1.heap - mem0.heap)}), rss ${mib(mem1.rss)} (${mem1.rss >= mem0.rss ? "+" : ""}${mib(mem1.rss - mem0.rss)})`,
   )
   print(`  before the events and the wave: ${memoryLine(mem1)}`)
-  print(
-    `converged CPU: ${(idleCpu * 100).toFixed(1)}% of one core (${((idleCpu * 100) / members).toFixed(3)}% per member) over ${idleSeconds} s; ${sliceReconciles - reconciles0} reconciles in it`,
-  )
-  const sliceCpus = slices.map((x) => x.cpu * 100)
-  print(
-    `  machine speed, the CPU a fixed piece of JSON work took in this script after each slice (same work, so a higher figure is a slower machine, e.g. another VM's load): ${slices.map((x) => `${x.calibrationMs.toFixed(0)} ms`).join(", ")}`,
-  )
-  print(
-    `  per ${idleSliceSeconds} s slice: ${slices.map((x) => `${(x.cpu * 100).toFixed(1)}% (${x.reconciles} reconciles${Math.abs(x.seconds - idleSliceSeconds) > 1 ? `, ${x.seconds.toFixed(0)} s` : ""})`).join(", ")}; max ${Math.max(...sliceCpus).toFixed(1)}%, min ${Math.min(...sliceCpus).toFixed(1)}%`,
-  )
-  print(
-    `  by thread (user + system, % of one core): ${threadsLine(threads0.threads, threads1.threads, cpu1.at - cpu0.at)}`,
-  )
+  printIdleWindow("converged CPU", idle)
   print(
     `API requests at steady state: ${(memberIdle / members / idleMinutes).toFixed(1)} per member per minute to member apiservers, ${(sum(hubIdle) / members / idleMinutes).toFixed(1)} per member per minute to the hub apiserver (${[
       ...hubIdle,
@@ -1055,18 +1091,24 @@ try {
       await ask(proc, { cmd: "snapshot", path: process.env.SNAPSHOT_AFTER_WAVE })
     void serverOf
   }
-  // Knobs: the same fleet under hubs with other settings, one after the other (KNOBS="flags;flags").
+  // Knobs: the same fleet under hubs with other settings, one after the other (KNOBS="flags;flags"); a
+  // flag written node:<flag> is the hub process's node/V8 flag (after HUB_NODE_FLAGS), the rest are the
+  // hub's. Each hub gets HUB_NICE and HUB_LOG as the first did, and the same idle window.
   for (const knob of (process.env.KNOBS ?? "").split(";").filter((k) => k.trim() !== "")) {
-    const flags = knob.trim().split(/\s+/)
+    const tokens = knob.trim().split(/\s+/)
+    const nodeFlags = tokens.filter((t) => t.startsWith("node:")).map((t) => t.slice("node:".length))
+    const flags = tokens.filter((t) => !t.startsWith("node:"))
     hubProc.kill("SIGKILL")
     await sleep(2_000)
+    log(`knob ${knob.trim()}: starting its hub`)
     const started = Date.now()
     const kp = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, flags, {
-      execArgv: hubExecArgv,
+      execArgv: [...hubExecArgv, ...nodeFlags],
       env: hubEnv(hubCluster),
-      stdio: ["ignore", "ignore", "inherit", "ipc"],
+      stdio: ["ignore", hubLog ?? "ignore", hubLog ?? "inherit", "ipc"],
     })
     hubProc = kp
+    if (process.env.HUB_NICE && kp.pid !== undefined) setPriority(kp.pid, Number(process.env.HUB_NICE))
     const kport = await new Promise<number>((resolve) => kp.once("message", (m: any) => resolve(m.port)))
     // Ready from the hub's own view: every member's fleetcheck_member_cluster_ready is 1.
     while (true) {
@@ -1079,19 +1121,19 @@ try {
     }
     const readySeconds = (Date.now() - started) / 1000
     await sleep(20_000)
+    log(`knob ${knob.trim()}: idle window of ${idleSeconds} s`)
     const kb = await scrapeAll()
-    const c0 = await ask<any>(kp, { cmd: "cpu" })
-    await sleep(idleSeconds * 1000)
-    const c1 = await ask<any>(kp, { cmd: "cpu" })
+    const kw = await idleWindow(kp)
     const ka = await scrapeAll()
     const km = await ask<any>(kp, { cmd: "measure" })
-    const minutes = (c1.at - c0.at) / 60_000
+    const minutes = kw.ms / 60_000
     let toMembers = 0
     for (const c of servers) toMembers += sum(delta(ka.get(c)!, kb.get(c)!), (k) => memberResources.test(k))
     const toHub = sum(delta(ka.get(hubCluster)!, kb.get(hubCluster)!), (k) => hubResources.test(k))
     print(
-      `knob ${knob.trim()}: ready ${readySeconds.toFixed(0)} s after start (1 s polls of its /metrics); converged CPU ${(((c1.cpuMicros - c0.cpuMicros) / 1000 / (c1.at - c0.at)) * 100).toFixed(1)}% of a core over ${idleSeconds} s; requests per member per minute ${(toMembers / members / minutes).toFixed(1)} to members, ${(toHub / members / minutes).toFixed(1)} to the hub apiserver; heap ${mib(km.heap)}, rss ${mib(km.rss)}`,
+      `knob ${knob.trim()}: ready ${readySeconds.toFixed(0)} s after start (1 s polls of its /metrics); requests per member per minute ${(toMembers / members / minutes).toFixed(1)} to members, ${(toHub / members / minutes).toFixed(1)} to the hub apiserver; after GC heap ${mib(km.heap)}, rss ${mib(km.rss)}`,
     )
+    printIdleWindow(`  knob ${knob.trim()}: converged CPU`, kw)
   }
   print(
     `(hub in its own process, --expose-gc; figures after forced GC; bench total ${((Date.now() - t0) / 1000).toFixed(0)} s)`,

@@ -9,6 +9,9 @@
 //   threads        CPU (user, system; clock ticks) per thread name as the kernel counts it
 //                  (/proc/self/task): the main thread apart from V8's workers (GC) and libuv's pool
 //   reconciles     how many reconciles the hub finished since it started (its controller hooks)
+//   gc             the garbage collections node reported since the process started, by kind (major,
+//                  minor), with their main-thread pauses (ms); the incremental marking steps between a
+//                  major GC's start and its pause are not in them (they show in the main thread's CPU)
 //   latency-start  start recording every workqueue wait (add → a worker takes the key), when each key was
 //                  taken (epoch ms, sub-ms: the driver matches them to its PATCHes) and event-loop delay
 //   latency-stop   the recorded waits (ms) and the event-loop delay in the window
@@ -19,7 +22,7 @@
 //                  (.heapprofile: what was allocated where, sampled every 32 KiB) to the path given
 import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
-import { monitorEventLoopDelay, performance } from "node:perf_hooks"
+import { constants, monitorEventLoopDelay, PerformanceObserver, performance } from "node:perf_hooks"
 import { getHeapSpaceStatistics, getHeapStatistics, writeHeapSnapshot } from "node:v8"
 import { hubFlagNames, resolveHubConfig } from "../../src/hub/config.ts"
 import { launchHub } from "../../src/hub/launch.ts"
@@ -80,6 +83,23 @@ const wrapped: typeof metrics = {
     }
   },
 }
+
+// Every GC from the start, counted by kind: what a window's major GCs were is then a difference.
+const gcs = { major: { count: 0, pauseMs: 0 }, minor: { count: 0, pauseMs: 0 } }
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    const kind = (e as { detail?: { kind?: number } }).detail?.kind
+    const g =
+      kind === constants.NODE_PERFORMANCE_GC_MAJOR
+        ? gcs.major
+        : kind === constants.NODE_PERFORMANCE_GC_MINOR
+          ? gcs.minor
+          : undefined
+    if (g === undefined) continue
+    g.count++
+    g.pauseMs += e.duration
+  }
+}).observe({ entryTypes: ["gc"] })
 
 // As the `hub` command runs it: memory given back after bursts (memory-return.ts).
 const hub = await launchHub({ config, metrics: wrapped, returnMemory: true })
@@ -209,6 +229,9 @@ process.on("message", async (msg: any) => {
       return
     case "reconciles":
       process.send?.({ reconciles })
+      return
+    case "gc":
+      process.send?.({ major: { ...gcs.major }, minor: { ...gcs.minor } })
       return
     case "heap-sampling-start":
       await profiler.post("HeapProfiler.enable")
