@@ -164,8 +164,8 @@ export const hubSettings = {
   probeIntervalMs: setting(
     "probe-interval",
     duration("100ms", "1h"),
-    "30s",
-    "how often each member's API server is probed while it answers (a broken watch wakes the probe at once, a failed probe is confirmed at 1 s steps, an unreachable member is probed at least every 10 s)",
+    "1m",
+    "how often each member's API server is probed (one LIST) while it answers; its connection is PINGed after 30 s without a frame meanwhile (a broken watch or connection wakes the probe at once, a failed probe is confirmed at 1 s steps, an unreachable member is probed at least every 10 s)",
   ),
   probeFailureThreshold: setting(
     "probe-failure-threshold",

@@ -23,12 +23,12 @@ const throwsConfigError = (f: () => unknown, pattern: RegExp) => {
 }
 
 describe("hub configuration", () => {
-  it("defaults: controller-runtime's lease timings, 4 workers, 32 hub-wide, probes every 30 s", () => {
+  it("defaults: controller-runtime's lease timings, 4 workers, 32 hub-wide, probes every minute", () => {
     const c = defaultHubConfig
     assert.deepStrictEqual([c.leaseDurationMs, c.renewDeadlineMs, c.retryPeriodMs], [15_000, 10_000, 2_000])
     assert.strictEqual(c.workersPerMember, 4)
     assert.strictEqual(c.maxConcurrentReconciles, 32)
-    assert.strictEqual(c.probeIntervalMs, 30_000)
+    assert.strictEqual(c.probeIntervalMs, 60_000)
     assert.strictEqual(c.drainGraceMs, 30_000)
     assert.strictEqual(c.namespace, "fleetcheck-system")
     assert.deepStrictEqual(c.httpAddress, { host: "0.0.0.0", port: 8080 })
