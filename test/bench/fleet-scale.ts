@@ -388,6 +388,22 @@ const ask = <T>(proc: ChildProcess, msg: object) =>
   })
 
 /**
+ * The port a hub process serves on (its first message). A hub that exits first (a flag it or node
+ * refused, e.g. a mistyped KNOBS entry) fails the bench with its exit code instead of leaving it
+ * waiting, with the machine-wide lock held, for a message that never comes.
+ */
+const servingPort = (proc: ChildProcess) =>
+  new Promise<number>((resolve, reject) => {
+    const exited = (code: number | null, signal: NodeJS.Signals | null) =>
+      reject(new Error(`the hub process exited before serving (code ${code}, signal ${signal})`))
+    proc.once("exit", exited)
+    proc.once("message", (m: any) => {
+      proc.off("exit", exited)
+      resolve(m.port)
+    })
+  })
+
+/**
  * The hub's idle window (IDLE_SECONDS) in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time
  * refresh period each), each with the hub's CPU and the reconciles it finished, so a resync's burst shows
  * beside the average; CPU per thread and the GCs over the whole window.
@@ -610,7 +626,7 @@ try {
   // HUB_NICE (e.g. -10): the hub gets the CPU before the apiservers, etcd and this script that share the
   // machine's cores, so its latencies are its own rather than the machine's queue.
   if (process.env.HUB_NICE && proc.pid !== undefined) setPriority(proc.pid, Number(process.env.HUB_NICE))
-  const port = await new Promise<number>((resolve) => proc.once("message", (m: any) => resolve(m.port)))
+  const port = await servingPort(proc)
   const hubUrl = `http://127.0.0.1:${port}`
   const startProfile = process.env.PROFILE_START
   if (startProfile) await ask(proc, { cmd: "profile-start" })
@@ -1109,7 +1125,7 @@ try {
     })
     hubProc = kp
     if (process.env.HUB_NICE && kp.pid !== undefined) setPriority(kp.pid, Number(process.env.HUB_NICE))
-    const kport = await new Promise<number>((resolve) => kp.once("message", (m: any) => resolve(m.port)))
+    const kport = await servingPort(kp)
     // Ready from the hub's own view: every member's fleetcheck_member_cluster_ready is 1.
     while (true) {
       const text = await (await fetch(`http://127.0.0.1:${kport}/metrics`)).text()
