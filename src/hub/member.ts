@@ -28,6 +28,7 @@ import {
   isReachable,
   type MemberEntry,
   memberClusterStatus,
+  type ProbeState,
   unseenBecause,
 } from "./fleet-state.ts"
 import type { CredentialFeed } from "./member-credential.ts"
@@ -447,6 +448,24 @@ const probeOnce = Effect.fnUntraced(function* (
 })
 
 /**
+ * A connection lost for an unanswered PING: its API server sent nothing at all for the PING's idle time
+ * and its timeout together (45 s with client-go's timings), longer than a run of failed probes covers.
+ * That silence counts for all but one of the failures that make the member unreachable; the probe it
+ * wakes, on a new connection, is the one that confirms it (a hub that was itself too busy to read the
+ * answer gets its answer then, and nothing flips). Other lost connections (refused, reset) only wake the
+ * probe: a restarting API server answers the next one.
+ */
+export const countPingTimeout = (
+  probe: ProbeState,
+  error: KubeError,
+  timings: Pick<MemberSettings, "probeFailureThreshold">,
+): void => {
+  if (error._tag !== "KubeTransportError" || error.code !== "PingTimeout" || probe.connected === false) return
+  probe.consecutiveFailures = Math.max(probe.consecutiveFailures, timings.probeFailureThreshold - 1)
+  probe.consecutiveSuccesses = 0
+}
+
+/**
  * Whether the member's caches can be trusted: a LIST/WATCH failing for longer than the probe of an
  * unreachable member tolerates (its interval × failure threshold) makes the member Ready=False, and its
  * checks Unknown. Not the healthy member's interval: a longer one saves probes, and must not leave a
@@ -495,7 +514,9 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   // A broken connection seen by the informers (refused, reset, closed) wakes the prober at once.
   let wakeProbe = Deferred.makeUnsafe<void>()
   const onWatchFailure = (error: KubeError) => {
-    if (error._tag === "KubeTransportError") Deferred.doneUnsafe(wakeProbe, Effect.void)
+    if (error._tag !== "KubeTransportError") return
+    countPingTimeout(entry.probe, error, timings)
+    Deferred.doneUnsafe(wakeProbe, Effect.void)
   }
   // The verdict log is the hub's (launch provides it); engines started without one emit nothing.
   const verdictLog = yield* Effect.serviceOption(VerdictLog)
