@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
 import { jobNameFor, runIDForTime, traceparentFor } from "../../src/reconcile/run-identity.ts"
 import { type RunningEngine, startEngine } from "../support/engine.ts"
+import { sumOf } from "../support/prometheus-text.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const ns = "shop"
@@ -236,15 +237,7 @@ describe("BackupCheck controller on a real cluster", () => {
     // Counted by the apiserver: every request on backupchecks it answered 409.
     const conflicts = async () => {
       const text = (await c.api("GET", "/metrics")).body as string
-      let n = 0
-      for (const line of text.split("\n"))
-        if (
-          line.startsWith("apiserver_request_total{") &&
-          line.includes('resource="backupchecks"') &&
-          line.includes('code="409"')
-        )
-          n += Number(line.slice(line.lastIndexOf(" ") + 1))
-      return n
+      return sumOf(text, "apiserver_request_total", { resource: "backupchecks", code: "409" })
     }
     const before = await conflicts()
     // Each check is written three times in a row (finalizer, Running, verdict) while its Job's events

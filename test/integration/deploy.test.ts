@@ -34,6 +34,7 @@ import { launchHub } from "../../src/hub/launch.ts"
 import { selfSignedServingPair } from "../../src/hub/serving/self-signed.ts"
 import { buildStages, collect, parseDockerfile, runToEnd, tryJson } from "../support/dockerfile.ts"
 import { fastConfig } from "../support/hub.ts"
+import { samplesOf, sumOf } from "../support/prometheus-text.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const repo = new URL("../../", import.meta.url).pathname
@@ -659,12 +660,10 @@ describe("deploy/: manifests, RBAC and image", () => {
       // requests in the leader-election level (the API server's own metrics).
       const dispatched = async () => {
         const byLevel = new Map<string, number>()
-        for (const l of String((await c.api("GET", "/metrics")).body).split("\n")) {
-          if (!l.startsWith("apiserver_flowcontrol_dispatched_requests_total{")) continue
-          const schema = /flow_schema="([^"]*)"/.exec(l)?.[1]
-          const level = /priority_level="([^"]*)"/.exec(l)?.[1]
-          const key = `${schema}/${level}`
-          byLevel.set(key, (byLevel.get(key) ?? 0) + Number(l.split(" ").at(-1)))
+        const text = String((await c.api("GET", "/metrics")).body)
+        for (const { labels, value } of samplesOf(text, "apiserver_flowcontrol_dispatched_requests_total")) {
+          const key = `${labels.flow_schema}/${labels.priority_level}`
+          byLevel.set(key, (byLevel.get(key) ?? 0) + value)
         }
         return byLevel
       }
@@ -965,10 +964,7 @@ describe("deploy/: manifests, RBAC and image", () => {
       // the rest waits or is told 429, and a known token's cached verdict still answers meanwhile.
       const tokenReviews = async () => {
         const text = String((await c.api("GET", "/metrics")).body)
-        return text
-          .split("\n")
-          .filter((l) => l.startsWith("apiserver_request_total{") && l.includes('resource="tokenreviews"'))
-          .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0)
+        return sumOf(text, "apiserver_request_total", { resource: "tokenreviews" })
       }
       expect((await get("/metrics", token["metrics-scraper"])).status).toBe(200)
       const before = await tokenReviews()

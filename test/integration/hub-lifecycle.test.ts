@@ -22,6 +22,7 @@ import { defaultHubConfig } from "../../src/hub/config.ts"
 import { leases, pathOf } from "../../src/kube/resources.ts"
 import { backupCheck } from "../support/backupcheck.ts"
 import { fastConfig, hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { samplesOf, sumOf } from "../support/prometheus-text.ts"
 import { scripted } from "../support/scripted-server.ts"
 import { startProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
@@ -82,12 +83,10 @@ describe("hub wiring", () => {
       held: async (hub: RunningHub) => {
         await waitUntil("the webhook to hold a restore Job POST", 20_000, () => connections.size > 0)
         await waitUntil("a busy m1 worker", 10_000, async () =>
-          (await (await fetch(`${hub.url}/metrics`)).text())
-            .split("\n")
-            .some(
-              (l) =>
-                l.startsWith("controller_runtime_active_workers{") && l.includes('"m1"') && !l.endsWith(" 0"),
-            ),
+          samplesOf(
+            await (await fetch(`${hub.url}/metrics`)).text(),
+            "controller_runtime_active_workers",
+          ).some((s) => s.labels.cluster === "m1" && s.value > 0),
         )
       },
       release: async () => {
@@ -117,12 +116,13 @@ describe("hub wiring", () => {
   it("controller_runtime_max_concurrent_reconciles equals --workers-per-member", async () => {
     const hub = await startHub(hubCluster, { workersPerMember: 3 })
     hubs.push(hub)
-    const line = await waitUntil("the m1 series", 30_000, async () =>
-      (await (await fetch(`${hub.url}/metrics`)).text())
-        .split("\n")
-        .find((l) => l.startsWith("controller_runtime_max_concurrent_reconciles{") && l.includes('"m1"')),
+    const sample = await waitUntil("the m1 series", 30_000, async () =>
+      samplesOf(
+        await (await fetch(`${hub.url}/metrics`)).text(),
+        "controller_runtime_max_concurrent_reconciles",
+      ).find((s) => s.labels.cluster === "m1"),
     )
-    expect(line).toMatch(/ 3$/)
+    expect(sample.value).toBe(3)
     await hub.stop()
     hubs.pop()
   })
@@ -306,16 +306,8 @@ describe("hub wiring", () => {
       )
     const hungServer = `https://127.0.0.1:${(silent.address() as AddressInfo).port}`
     const listsOfM1 = async () => {
-      let n = 0
-      for (const line of ((await member.api("GET", "/metrics")).body as string).split("\n")) {
-        if (
-          line.startsWith("apiserver_request_total{") &&
-          line.includes('resource="backupchecks"') &&
-          line.includes('verb="LIST"')
-        )
-          n += Number(line.slice(line.lastIndexOf(" ") + 1))
-      }
-      return n
+      const text = (await member.api("GET", "/metrics")).body as string
+      return sumOf(text, "apiserver_request_total", { resource: "backupchecks", verb: "LIST" })
     }
     try {
       // m1 leaves the registration first, so the hung member is engaged alone.

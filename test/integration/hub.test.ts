@@ -9,6 +9,7 @@ import type { MemberEntry } from "../../src/hub/fleet-state.ts"
 import { syncMemberCluster } from "../../src/hub/member.ts"
 import { makeKubeClient } from "../../src/kube/client.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { sumOf } from "../support/prometheus-text.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
@@ -229,15 +230,9 @@ describe("hub with three members", () => {
     // show up now, at most once per member.
     const counts = async () => {
       const text = (await hubCluster.api("GET", "/metrics")).body as string
-      const n = { get: 0, patch: 0 }
-      for (const line of text.split("\n")) {
-        if (!line.startsWith("apiserver_request_total{") || !line.includes('resource="memberclusters"'))
-          continue
-        const value = Number(line.slice(line.lastIndexOf(" ") + 1))
-        if (line.includes('verb="GET"')) n.get += value
-        if (line.includes('verb="PATCH"') && line.includes('subresource="status"')) n.patch += value
-      }
-      return n
+      const requests = (match: Record<string, string>) =>
+        sumOf(text, "apiserver_request_total", { resource: "memberclusters", ...match })
+      return { get: requests({ verb: "GET" }), patch: requests({ verb: "PATCH", subresource: "status" }) }
     }
     const before = await counts()
     await sleep(8_000)
@@ -251,16 +246,13 @@ describe("hub with three members", () => {
     // (all MemberClusters, so the hub's three members add at most one refresh each) are the evidence.
     const counts = async () => {
       const text = (await hubCluster.api("GET", "/metrics")).body as string
-      const n = { get: 0, patch: 0, post: 0 }
-      for (const line of text.split("\n")) {
-        if (!line.startsWith("apiserver_request_total{") || !line.includes('resource="memberclusters"'))
-          continue
-        const value = Number(line.slice(line.lastIndexOf(" ") + 1))
-        if (line.includes('verb="GET"')) n.get += value
-        if (line.includes('verb="POST"')) n.post += value
-        if (line.includes('verb="PATCH"') && line.includes('subresource="status"')) n.patch += value
+      const requests = (match: Record<string, string>) =>
+        sumOf(text, "apiserver_request_total", { resource: "memberclusters", ...match })
+      return {
+        get: requests({ verb: "GET" }),
+        patch: requests({ verb: "PATCH", subresource: "status" }),
+        post: requests({ verb: "POST" }),
       }
-      return n
     }
     const kubeConfig = new KubeConfig()
     kubeConfig.loadFromString(hubCluster.kubeconfig)

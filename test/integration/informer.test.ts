@@ -23,6 +23,7 @@ import {
   resourcePath,
 } from "../../src/kube/client.ts"
 import { type ConfigMap, cmResource, kubeConfigOf, recorder, startInformer } from "../support/informer.ts"
+import { sumOf } from "../support/prometheus-text.ts"
 import { startProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
@@ -271,10 +272,7 @@ describe("kube client and informer against a real apiserver", () => {
       })
       const apiserverMetric = async (name: string) => {
         const text = String((await c.api("GET", "/metrics")).body)
-        return text
-          .split("\n")
-          .filter((l) => l.startsWith(`${name}{`) && l.includes(`priority_level="${level}"`))
-          .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+        return sumOf(text, name, { priority_level: level })
       }
       let seats = 0
       await waitUntil("the priority level in force", 10_000, async () => {

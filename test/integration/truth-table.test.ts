@@ -17,6 +17,7 @@ import { runStatus } from "../../src/cli/status.ts"
 import { backupChecks, memberClusters, pathOf, secrets } from "../../src/kube/resources.ts"
 import { backupCheck } from "../support/backupcheck.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { hasLabels, samplesOf } from "../support/prometheus-text.ts"
 import { waitUntil } from "../support/wait.ts"
 
 const ns = "apps"
@@ -43,14 +44,9 @@ describe("truth table: every view under every fault", () => {
     const view = (await fleetRes.json()) as any
     const mc = (await hubCluster.api("GET", pathOf(memberClusters, { name: cluster }))).body
     const metrics = await (await fetch(`${hub.url}/metrics`)).text()
-    const line = metrics
-      .split("\n")
-      .find(
-        (l) =>
-          l.startsWith("fleetcheck_backupcheck_verified{") &&
-          l.includes(`cluster="${cluster}"`) &&
-          l.includes(`name="${name}"`),
-      )
+    const sample = samplesOf(metrics, "fleetcheck_backupcheck_verified").find((s) =>
+      hasLabels(s, { cluster, name }),
+    )
     const out = process.stdout.write
     process.stdout.write = () => true
     let statusExit: number
@@ -66,7 +62,7 @@ describe("truth table: every view under every fault", () => {
         (mc?.status?.conditions ?? []).map((x: any) => [x.type, `${x.status}/${x.reason}`]),
       ),
       counts: mc?.status?.counts,
-      metric: line === undefined ? undefined : Number(line.split(" ").at(-1)),
+      metric: sample?.value,
       statusExit,
     }
   }

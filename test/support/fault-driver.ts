@@ -41,6 +41,7 @@ import {
 } from "../../src/api/names.ts"
 import { type RunningHub, startHub } from "./hub.ts"
 import { type Observer, type ObserverReport, startObserver } from "./observer.ts"
+import { samplesOf, sumOf } from "./prometheus-text.ts"
 import { sleep, waitUntil } from "./wait.ts"
 
 // -------------------------------------------------------------------------------------------------
@@ -429,11 +430,10 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
           if (isLate) lateMs += t - Math.max(prevSampleT, born + 60_000)
           prevSampleT = t
           const now: Record<string, number> = {}
-          for (const line of text.split("\n")) {
-            if (!line.startsWith("controller_runtime_reconcile_total{")) continue
-            const cluster = /cluster="([^"]+)"/.exec(line)?.[1]
+          for (const { labels, value } of samplesOf(text, "controller_runtime_reconcile_total")) {
+            const cluster = labels.cluster
             if (!cluster || !stuckClusters.includes(cluster)) continue
-            now[cluster] = (now[cluster] ?? 0) + Number(line.split(" ").at(-1))
+            now[cluster] = (now[cluster] ?? 0) + value
           }
           for (const [cluster, v] of Object.entries(now)) {
             const prev = lastSeen.get(cluster) ?? 0
@@ -451,13 +451,9 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
       try {
         const res = await first.api("GET", "/metrics")
         if (res.status === 200 && typeof res.body === "string") {
-          const now = { "409": 0, "422": 0 }
-          for (const line of res.body.split("\n")) {
-            if (!line.startsWith("apiserver_request_total{")) continue
-            if (!line.includes('resource="jobs"') || !line.includes('verb="POST"')) continue
-            const code = /code="(\d+)"/.exec(line)?.[1]
-            if (code === "409" || code === "422") now[code] += Number(line.split(" ").at(-1))
-          }
+          const posts = (code: string) =>
+            sumOf(res.body as string, "apiserver_request_total", { resource: "jobs", verb: "POST", code })
+          const now = { "409": posts("409"), "422": posts("422") }
           for (const code of ["409", "422"] as const) {
             const prev = lastPost[code]
             postCodes[code] += prev < 0 ? 0 : now[code] >= prev ? now[code] - prev : now[code]
