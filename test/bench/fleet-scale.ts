@@ -57,6 +57,7 @@ import { parseBackupCheck } from "../../src/api/backupcheck.ts"
 import { finalizerName, labelBackupCheck, labelRun, namespacesAnnotation } from "../../src/api/names.ts"
 import { jobNameFor, runIDForTime, specHashFor, traceparentFor } from "../../src/reconcile/run-identity.ts"
 import { sleep } from "../support/wait.ts"
+import { ask, servingPort } from "./child-process.ts"
 import {
   answerToReconcile,
   driveEvents,
@@ -381,28 +382,6 @@ const memberResources = /^\w+ (backupchecks|jobs|pods|events)(\/|$)/
 const hubResources = /^\w+ (memberclusters|secrets|leases|events)(\/|$)/
 
 // ---- the hub process ---------------------------------------------------------------------------------
-const ask = <T>(proc: ChildProcess, msg: object) =>
-  new Promise<T>((resolve) => {
-    proc.once("message", (m: any) => resolve(m))
-    proc.send(msg)
-  })
-
-/**
- * The port a hub process serves on (its first message). A hub that exits first (a flag it or node
- * refused, e.g. a mistyped KNOBS entry) fails the bench with its exit code instead of leaving it
- * waiting, with the machine-wide lock held, for a message that never comes.
- */
-const servingPort = (proc: ChildProcess) =>
-  new Promise<number>((resolve, reject) => {
-    const exited = (code: number | null, signal: NodeJS.Signals | null) =>
-      reject(new Error(`the hub process exited before serving (code ${code}, signal ${signal})`))
-    proc.once("exit", exited)
-    proc.once("message", (m: any) => {
-      proc.off("exit", exited)
-      resolve(m.port)
-    })
-  })
-
 /**
  * The hub's idle window (IDLE_SECONDS) in slices (IDLE_SLICE_SECONDS, 60 by default: one probe-time
  * refresh period each), each with the hub's CPU and the reconciles it finished, so a resync's burst shows
@@ -611,6 +590,15 @@ try {
   const scrapeAll = async () =>
     new Map(await Promise.all(allServers.map(async (c) => [c, await scrapeRequests(c)] as const)))
   const beforeStart = await scrapeAll()
+  type Scrapes = Awaited<ReturnType<typeof scrapeAll>>
+  /** What a hub sent between two scrapes: requests to the member API servers, and by kind to the hub's. */
+  const requestsBetween = (before: Scrapes, after: Scrapes) => {
+    let toMembers = 0
+    for (const c of servers)
+      toMembers += sum(delta(after.get(c)!, before.get(c)!), (k) => memberResources.test(k))
+    const toHub = delta(after.get(hubCluster)!, before.get(hubCluster)!, (k) => hubResources.test(k))
+    return { toMembers, toHub }
+  }
 
   // The hub.
   log(`starting the hub (flags: ${hubFlags.join(" ") || "defaults"})`)
@@ -693,10 +681,7 @@ try {
   const idleAfter = await scrapeAll()
   const mem1 = await ask<any>(proc, { cmd: "measure" })
   const idleMinutes = idle.ms / 60_000
-  let memberIdle = 0
-  for (const c of servers)
-    memberIdle += sum(delta(idleAfter.get(c)!, idleBefore.get(c)!), (k) => memberResources.test(k))
-  const hubIdle = delta(idleAfter.get(hubCluster)!, idleBefore.get(hubCluster)!, (k) => hubResources.test(k))
+  const { toMembers: memberIdle, toHub: hubIdle } = requestsBetween(idleBefore, idleAfter)
   const statusWrites = sum(hubIdle, (k) => /^(PATCH|PUT) memberclusters\/status$/.test(k))
   const checkWritesIdle = servers.reduce(
     (n, c) =>
@@ -1143,11 +1128,9 @@ try {
     const ka = await scrapeAll()
     const km = await ask<any>(kp, { cmd: "measure" })
     const minutes = kw.ms / 60_000
-    let toMembers = 0
-    for (const c of servers) toMembers += sum(delta(ka.get(c)!, kb.get(c)!), (k) => memberResources.test(k))
-    const toHub = sum(delta(ka.get(hubCluster)!, kb.get(hubCluster)!), (k) => hubResources.test(k))
+    const { toMembers, toHub } = requestsBetween(kb, ka)
     print(
-      `knob ${knob.trim()}: ready ${readySeconds.toFixed(0)} s after start (1 s polls of its /metrics); requests per member per minute ${(toMembers / members / minutes).toFixed(1)} to members, ${(toHub / members / minutes).toFixed(1)} to the hub apiserver; after GC heap ${mib(km.heap)}, rss ${mib(km.rss)}`,
+      `knob ${knob.trim()}: ready ${readySeconds.toFixed(0)} s after start (1 s polls of its /metrics); requests per member per minute ${(toMembers / members / minutes).toFixed(1)} to members, ${(sum(toHub) / members / minutes).toFixed(1)} to the hub apiserver; after GC heap ${mib(km.heap)}, rss ${mib(km.rss)}`,
     )
     printIdleWindow(`  knob ${knob.trim()}: converged CPU`, kw)
   }

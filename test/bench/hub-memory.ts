@@ -4,16 +4,13 @@
 import { type ChildProcess, fork } from "node:child_process"
 import { type LocalCluster, startFleet } from "../../clusters/local-fleet/index.ts"
 import { sleep } from "../support/wait.ts"
+import { ask, servingPort } from "./child-process.ts"
 
 const perMember = Number(process.argv[2] ?? 500)
 const crdDir = new URL("../../deploy/crds/", import.meta.url).pathname
 const hubNs = "fleetcheck-system"
 /** The hub process's V8 heap in use and RSS, after forced garbage collections. */
-const measure = (proc: ChildProcess) =>
-  new Promise<{ heap: number; rss: number }>((resolve) => {
-    proc.once("message", (m: any) => resolve(m))
-    proc.send("measure")
-  })
+const measure = (proc: ChildProcess) => ask<{ heap: number; rss: number }>(proc, "measure")
 const mib = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MiB`
 
 const fleet = await startFleet({
@@ -41,7 +38,7 @@ try {
     env: { ...process.env, KUBECONFIG: hubCluster.kubeconfigPath },
     stdio: ["ignore", "ignore", "inherit", "ipc"],
   })
-  const port = await new Promise<number>((resolve) => hubProc.once("message", (m: any) => resolve(m.port)))
+  const port = await servingPort(hubProc)
   const url = `http://127.0.0.1:${port}`
   const fleetView = async () => (await (await fetch(`${url}/api/v1/fleet`)).json()) as any
   while (

@@ -12,6 +12,7 @@ import { startFleet } from "../../clusters/local-fleet/index.ts"
 import { defaultHubNamespace, shardLeaseLabel } from "../../src/api/names.ts"
 import { leases, pathOf } from "../../src/kube/resources.ts"
 import { sleep } from "../support/wait.ts"
+import { ask } from "./child-process.ts"
 
 const [countText = "1000", windowText = "60", ...hubFlags] = process.argv.slice(2)
 const memberCount = Number(countText)
@@ -27,11 +28,6 @@ const procCpuSeconds = (pid: number): number => {
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   return (Number(fields[11]) + Number(fields[12])) / 100
 }
-const ask = <T>(proc: ChildProcess, msg: object) =>
-  new Promise<T>((resolve) => {
-    proc.once("message", (m: any) => resolve(m))
-    proc.send(msg)
-  })
 
 const fleet = await startFleet({ clusters: [{ name: "hub", workloads: false, controllerManager: false }] })
 const children: ChildProcess[] = []
