@@ -42,7 +42,8 @@
 // SCHED_FIFO priority of +rt runs; set alone, the events run as "h2+rt"), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
 // converged CPU over its own idle window, requests, memory; node:<flag> is a node/V8 flag of that hub
-// process, e.g. KNOBS="--probe-interval 1m;node:--heap-growing-percent=50").
+// process, e.g. KNOBS="--probe-interval 1m;node:--heap-growing-percent=50"), PROFILE_KNOBS=<prefix> (each
+// KNOBS hub's CPU profile over its idle window, in <prefix>-<n>.cpuprofile, n from 1).
 import { type ChildProcess, execFileSync, fork } from "node:child_process"
 import { openSync } from "node:fs"
 import * as https from "node:https"
@@ -1095,6 +1096,7 @@ try {
   // Knobs: the same fleet under hubs with other settings, one after the other (KNOBS="flags;flags"); a
   // flag written node:<flag> is the hub process's node/V8 flag (after HUB_NODE_FLAGS), the rest are the
   // hub's. Each hub gets HUB_NICE and HUB_LOG as the first did, and the same idle window.
+  let knobCount = 0
   for (const knob of (process.env.KNOBS ?? "").split(";").filter((k) => k.trim() !== "")) {
     const tokens = knob.trim().split(/\s+/)
     const nodeFlags = tokens.filter((t) => t.startsWith("node:")).map((t) => t.slice("node:".length))
@@ -1124,7 +1126,12 @@ try {
     await sleep(20_000)
     log(`knob ${knob.trim()}: idle window of ${idleSeconds} s`)
     const kb = await scrapeAll()
+    const knobProfile = process.env.PROFILE_KNOBS
+      ? `${process.env.PROFILE_KNOBS}-${++knobCount}.cpuprofile`
+      : undefined
+    if (knobProfile) await ask(kp, { cmd: "profile-start" })
     const kw = await idleWindow(kp)
+    if (knobProfile) await ask(kp, { cmd: "profile-stop", path: knobProfile })
     const ka = await scrapeAll()
     const km = await ask<any>(kp, { cmd: "measure" })
     const minutes = kw.ms / 60_000
