@@ -448,12 +448,13 @@ const probeOnce = Effect.fnUntraced(function* (
 })
 
 /**
- * A connection lost for an unanswered PING: its API server sent nothing at all for the PING's idle time
- * and its timeout together (45 s with client-go's timings), longer than a run of failed probes covers.
- * That silence counts for all but one of the failures that make the member unreachable; the probe it
- * wakes, on a new connection, is the one that confirms it (a hub that was itself too busy to read the
- * answer gets its answer then, and nothing flips). Other lost connections (refused, reset) only wake the
- * probe: a restarting API server answers the next one.
+ * A connection lost for an unanswered PING: its API server sent nothing at all for the PING's timeout
+ * (15 s) after a silence that prompted the PING (30 s idle, or a request's deadline of at least 5 s):
+ * 20 s or more, longer than the failed probes of a confirmation cover (three 5 s deadlines a second
+ * apart). That silence counts for all but one of the failures that make the member unreachable; the
+ * probe it wakes, on a new connection, is the one that confirms it (a hub that was itself too busy to
+ * read the answer gets its answer then, and nothing flips). Other lost connections (refused, reset) only
+ * wake the probe: a restarting API server answers the next one.
  */
 export const countPingTimeout = (
   probe: ProbeState,
