@@ -437,8 +437,7 @@ const probeOnce = Effect.fnUntraced(function* (
     }
     return
   }
-  p.consecutiveFailures++
-  p.consecutiveSuccesses = 0
+  countProbeFailure(p, e, timings)
   // The first probe decides at once; after that, only a run of failures flips a connected member.
   if (p.connected === undefined || p.consecutiveFailures >= timings.probeFailureThreshold) {
     if (p.connected !== false)
@@ -463,6 +462,22 @@ export const countPingTimeout = (
 ): void => {
   if (error._tag !== "KubeTransportError" || error.code !== "PingTimeout" || probe.connected === false) return
   probe.consecutiveFailures = Math.max(probe.consecutiveFailures, timings.probeFailureThreshold - 1)
+  probe.consecutiveSuccesses = 0
+}
+
+/**
+ * One failed probe. A probe lost with its connection to a PING timeout is that connection's silence,
+ * already counted once when the watches on it reported it (countPingTimeout), not a further failure:
+ * the probe that follows, on a new connection, still confirms it.
+ */
+export const countProbeFailure = (
+  probe: ProbeState,
+  error: KubeError,
+  timings: Pick<MemberSettings, "probeFailureThreshold">,
+): void => {
+  if (error._tag === "KubeTransportError" && error.code === "PingTimeout")
+    countPingTimeout(probe, error, timings)
+  else probe.consecutiveFailures++
   probe.consecutiveSuccesses = 0
 }
 

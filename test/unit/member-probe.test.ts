@@ -5,7 +5,7 @@
 import { assert, describe, it } from "vitest"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import type { ProbeState } from "../../src/hub/fleet-state.ts"
-import { countPingTimeout, watchFailureToleranceMs } from "../../src/hub/member.ts"
+import { countPingTimeout, countProbeFailure, watchFailureToleranceMs } from "../../src/hub/member.ts"
 import { KubeApiError, KubeTransportError } from "../../src/kube/client.ts"
 
 describe("watch failure tolerance", () => {
@@ -72,5 +72,18 @@ describe("a connection closed for an unanswered PING", () => {
     const gone: ProbeState = { connected: false, consecutiveFailures: 7, consecutiveSuccesses: 0 }
     countPingTimeout(gone, lost("PingTimeout"), defaultHubConfig)
     assert.deepStrictEqual(gone, { connected: false, consecutiveFailures: 7, consecutiveSuccesses: 0 })
+  })
+
+  it("a probe lost with the same connection adds nothing: the probe on a new connection confirms", () => {
+    const p = connected()
+    countPingTimeout(p, lost("PingTimeout"), defaultHubConfig)
+    countProbeFailure(p, lost("PingTimeout"), defaultHubConfig)
+    assert.strictEqual(p.consecutiveFailures, 2)
+    countProbeFailure(p, lost("Timeout"), defaultHubConfig)
+    assert.strictEqual(p.consecutiveFailures, defaultHubConfig.probeFailureThreshold)
+    // Other failures count one each, as before.
+    const q = connected()
+    countProbeFailure(q, lost("ECONNREFUSED"), defaultHubConfig)
+    assert.deepStrictEqual(q, { connected: true, consecutiveFailures: 1, consecutiveSuccesses: 0 })
   })
 })
