@@ -74,6 +74,7 @@ import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
 import { runMember, syncMemberCluster } from "./member.ts"
 import { CredentialFeed } from "./member-credential.ts"
 import { type ReleaseCredential, releaseScope } from "./registration/release.ts"
+import { sameObjectsMemo } from "./registration/same-objects-memo.ts"
 import {
   admission,
   type Candidate,
@@ -437,11 +438,18 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     return c
   }
 
-  /** Every labelled Secret the policy accepts, as a candidate for an engine (deleted ones still occupy). */
-  const candidates = (now: number) =>
-    allSecrets().flatMap((s): Array<Candidate & { readonly terminating: boolean }> => {
+  /**
+   * Every labelled Secret the policy accepts, as a candidate for an engine (deleted ones still occupy),
+   * and those the admission rule refuses; kept while the cached objects stay the same and no accepted
+   * credential among them expired.
+   */
+  const admitted = sameObjectsMemo((objects: ReadonlyArray<Registering>, now: number) => {
+    let validUntil = Number.POSITIVE_INFINITY
+    const all = objects.flatMap((s): Array<Candidate & { readonly terminating: boolean }> => {
       const checked = checkOf(s, now)
       if (!checked.ok) return []
+      const expiry = checked.credentialExpiry?.getTime()
+      if (expiry !== undefined && expiry < validUntil) validUntil = expiry
       return [
         {
           name: s.metadata?.name ?? "",
@@ -452,11 +460,12 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         },
       ]
     })
+    return { result: { all, refused: admission(all) }, validUntil }
+  })
 
   /** Where engines of this hub work (or are about to) on a cluster: released scopes leave these alone. */
   const keptOn = (cluster: ClusterRef) => {
-    const all = candidates(Date.now())
-    const refused = admission(all)
+    const { all, refused } = admitted(allSecrets(), Date.now())
     return keptOf(
       all
         .filter((c) => !c.terminating && !refused.has(c.name) && sameCluster(c.cluster, cluster))
@@ -759,7 +768,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
         desired = { kind: "disengaging", why: terminating ? "deleted" : "unlabelled" }
       else if (!checked.ok) desired = { kind: "refused", reason: checked.reason, message: checked.message }
       else {
-        const by = admission(candidates(now)).get(name)
+        const by = admitted(allSecrets(), now).refused.get(name)
         desired = by
           ? { kind: "duplicate", of: by }
           : { kind: "engine", checked, cluster: cluster as ClusterRef }
