@@ -78,6 +78,12 @@ export interface MemberEntry {
   /** Reads the member's BackupCheck cache. */
   checks: () => ReadonlyArray<BackupCheck>
   /**
+   * While the member's engine runs: its check views as the status round keeps them (rebuilt only when a
+   * check or the member's reachability changed), so a MemberCluster sync from elsewhere (the
+   * registration's reconcile of the Secret, at every resync) builds none. Never mutate what it returns.
+   */
+  views?: (() => ReadonlyArray<CheckView>) | undefined
+  /**
    * Sharding (ADR 0011): why no live hub replica works this member now, or undefined when one does.
    * Unset without sharding (the hub that shows the member is the one working it).
    */
@@ -395,7 +401,7 @@ export const memberClusterStatus = (
   now: number,
   views?: ReadonlyArray<CheckView>,
 ): MemberClusterStatus => {
-  const checks = views ?? checkViews(m)
+  const checks = views ?? m.views?.() ?? checkViews(m)
   let conditions = [...(current?.conditions ?? [])]
   for (const c of memberConditions(m, checks)) {
     conditions = setStatusCondition(conditions, { ...c, lastTransitionTime: toKubeTime(now) }, now).conditions

@@ -595,6 +595,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       entry.synced = false
       entry.catchingUp = false
       entry.checks = () => []
+      delete entry.views
       delete entry.access
       metrics.forgetMember(entry.name)
     }),
@@ -744,6 +745,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     }
     return views
   }
+  entry.views = currentViews
   // The status round, every --status-interval: its plain part runs on the hub-wide ticker (see
   // status-ticker.ts), and only a round with effects left (a log line, a MemberCluster write) wakes this
   // member's fiber. A converged member's round therefore costs no timer and no fiber resumption.

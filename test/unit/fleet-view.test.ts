@@ -305,6 +305,29 @@ describe("MemberCluster counts from the status round's views", () => {
     // without views given, the member's checks as they are now
     assert.deepStrictEqual(memberClusterStatus(m, next, t0 + 6_000).counts, next.counts)
   })
+
+  it("without views given, take the running member's kept views and build none", () => {
+    // The registration's reconcile of every Secret (each resync) syncs the MemberCluster too.
+    const m = healthyMember("m1", [
+      { namespace: "shop", name: "orders", status: "True" },
+      { namespace: "shop", name: "payments", status: "False" },
+    ])
+    const kept = checkViews(m)
+    let read = 0
+    const checks = m.checks
+    m.checks = () => {
+      read++
+      return checks()
+    }
+    m.views = () => kept
+    const status = memberClusterStatus(m, undefined, t0)
+    assert.deepStrictEqual(status.counts, { total: 2, verified: 1, failed: 1, unknown: 0 })
+    assert.strictEqual(read, 0)
+    // a stopped engine leaves none: the checks are read again
+    delete m.views
+    memberClusterStatus(m, status, t0 + 2_000)
+    assert.strictEqual(read, 1)
+  })
 })
 
 describe("objectives in the fleet views", () => {
