@@ -280,9 +280,20 @@ const watch = (c: LocalCluster, path: string, onEvent: (type: string, obj: any) 
       }, 1_000)
     })
   const start = async (again: boolean): Promise<void> => {
-    const list = (await must("list", call(c, "GET", again ? path : `${path}${sep}limit=1`))).body
+    // Again: every item, in pages (one LIST of an API server's 10,000 checks outlived the API server's
+    // 60 s request timeout at a wave's peak, and the count stopped there); first: only a resourceVersion.
+    let list = (await must("list", call(c, "GET", `${path}${sep}limit=${again ? 500 : 1}`))).body
     if (stopped) return
-    if (again) for (const item of list.items ?? []) onEvent("ADDED", item)
+    if (again)
+      for (;;) {
+        for (const item of list.items ?? []) onEvent("ADDED", item)
+        const next = list.metadata?.continue
+        if (!next) break
+        list = (
+          await must("list", call(c, "GET", `${path}${sep}limit=500&continue=${encodeURIComponent(next)}`))
+        ).body
+        if (stopped) return
+      }
     let restarted = false
     const restart = (why: string) => {
       if (stopped || restarted) return
