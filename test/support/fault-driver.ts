@@ -479,10 +479,18 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
     const recreateTimeouts: string[] = []
     const foreignJobs: Array<{ member: LocalCluster; name: string; uid: string }> = []
     let done = false
+    // The run ends once the requested number is reached AND every kind was injected: the lanes run at
+    // their own pace, and the object lane alone could reach the number while the disruption lane, a few
+    // seconds per fault, was still on its first pass (a short soak in CI ended with member-freeze never
+    // injected). Past the number neither lane draws more; a kind that never finds a target ends the run
+    // at the deadline instead, and the report shows the kind missing.
+    const kindsLeft = new Set<string>([...Object.keys(disruptionWeights), ...Object.keys(objectWeights)])
+    const drawMore = () => total < options.faults
     const count = (kind: FaultKind, detail: string) => {
       injected[kind] = (injected[kind] ?? 0) + 1
+      kindsLeft.delete(kind)
       total++
-      if (total >= options.faults) done = true
+      if (total >= options.faults && kindsLeft.size === 0) done = true
       if (total % 50 === 0 || total === options.faults) {
         const r = obs.report()
         log(
@@ -793,6 +801,12 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
     })()
 
     const faultStart = Date.now()
+    const deadline = setTimeout(
+      () => {
+        done = true
+      },
+      Math.max(4 * targetMs, 180_000),
+    )
     const laneA = (async () => {
       const queue: Array<keyof typeof disruptionWeights> = shuffle(
         rngA,
@@ -800,7 +814,11 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
       )
       await sleep(between(rngA, 3_000, 8_000))
       while (!done) {
-        const kind = queue.shift() ?? weighted(rngA, disruptionWeights)
+        const kind = queue.shift() ?? (drawMore() ? weighted(rngA, disruptionWeights) : undefined)
+        if (kind === undefined) {
+          await sleep(500)
+          continue
+        }
         try {
           await disruption(kind)
         } catch (e) {
@@ -819,7 +837,11 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
       while (!done) {
         await sleep(Math.max(100, faultStart + (total + 1) * period - Date.now()))
         if (done) break
-        const kind = queue[0] ?? weighted(rngB, objectWeights)
+        const kind = queue[0] ?? (drawMore() ? weighted(rngB, objectWeights) : undefined)
+        if (kind === undefined) {
+          await sleep(500)
+          continue
+        }
         try {
           if (await objectFault(kind)) queue.shift()
           else {
@@ -833,6 +855,7 @@ export const runSoak = async (options: SoakOptions): Promise<SoakResult> => {
       }
     })()
     await Promise.all([laneA, laneB])
+    clearTimeout(deadline)
     const faultPhaseMs = Date.now() - faultStart
     log(`[soak] ${total} faults injected in ${(faultPhaseMs / 1000).toFixed(0)} s; waiting for restores`)
     await Promise.all(pending)
