@@ -100,6 +100,8 @@ export interface LocalFleet {
   readonly cluster: (name: string) => LocalCluster
   readonly binDir: string
   readonly runDir: string
+  /** The shared etcd's client URL (plain HTTP on loopback), for benches that write storage directly. */
+  readonly etcdUrl: string
   /**
    * Starts a process of the test's own (a hub, say) under the fleet's watchdog: own process group,
    * output to `<runDir>/logs/<name>.log`, stopped with the fleet. Names must be unique per fleet.
@@ -311,6 +313,7 @@ export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => 
       },
       binDir,
       runDir,
+      etcdUrl: etcd,
       spawn: (name, command, args, spawnOptions) => {
         if (stopped) throw new Error(`spawn ${name}: the fleet is stopped`)
         if (existsSync(join(runDir, "logs", `${name}.log`))) throw new Error(`spawn ${name}: name taken`)

@@ -18,9 +18,10 @@
 // Environment: IDLE_SECONDS (60), IDLE_SLICE_SECONDS (60: the idle window's CPU and reconciles are also
 // printed per slice this long, e.g. to see a resync's burst in a window longer than --resync-period),
 // EVENT_RATE (500), EVENT_SECONDS (30), EVENT_DRIVERS ("h2": a comma
-// list of event runs on the same fleet, each "h1|h2[@rate][+rt]": h1 = HTTPS keep-alive Agent, h2 = one
-// HTTP/2 connection per API server, @rate instead of EVENT_RATE, +rt = the hub's threads SCHED_FIFO for
-// that run), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
+// list of event runs on the same fleet, each "h1|h2|etcd[@rate][+rt]": h1 = HTTPS keep-alive Agent, h2 = one
+// HTTP/2 connection per API server, etcd = the same change written into the API servers' storage, so
+// that only their watch path runs (event-driver.ts), @rate instead of EVENT_RATE, +rt = the hub's threads
+// SCHED_FIFO for that run), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
 // sockets per API server), EVENT_H2_SESSIONS (1: h2's connections per API server), EVENT_QUIET_SECONDS
 // (5: the CPU floor read before each run), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
 // and etcd inherit this script's environment; the events' lines name them when set),
@@ -62,6 +63,7 @@ import { ask, servingPort } from "./child-process.ts"
 import {
   answerToReconcile,
   driveEvents,
+  type EventTransport,
   fleetProcesses,
   histogramQuantile,
   serverSample,
@@ -790,10 +792,10 @@ try {
     .map((n) => `${n}=${process.env[n]}`)
   // EVENT_SECONDS=0: no events at all (nothing printed for them).
   for (const [phaseIndex, phase] of (eventSeconds > 0 ? phases : []).entries()) {
-    // "h1" or "h2", then "@<rate>" for another rate than EVENT_RATE, then "+rt".
-    const parsed = /^(h1|h2)(?:@(\d+))?(\+rt)?$/.exec(phase)
-    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2[@rate][+rt]`)
-    const transport = parsed[1] as "h1" | "h2"
+    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt".
+    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?$/.exec(phase)
+    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt]`)
+    const transport = parsed[1] as EventTransport
     const rate = parsed[2] ? Number(parsed[2]) : eventRate
     // +rt (or EVENT_RT alone): for the events only, every hub thread runs SCHED_FIFO (chrt), so the ~30
     // runnable apiserver, etcd and driver threads on 2 cores cannot queue it (nice only weighs the main
@@ -821,6 +823,7 @@ try {
       maxInflight: eventInflight,
       socketsPerServer: env("EVENT_SOCKETS", 32),
       sessionsPerServer: env("EVENT_H2_SESSIONS", 1),
+      etcdUrl: fleet.etcdUrl,
       target: (i) => {
         const m = memberList[i % members]!
         const k = Math.floor(Math.random() * perMember)
@@ -852,17 +855,21 @@ try {
       samples0,
       samples1,
     )
-    const delivered = sum(counted.byServer)
+    // What reached the member API servers: their PATCHes, or for writes into storage the events their
+    // watch caches read from etcd.
+    const viaStorage = transport === "etcd"
+    const delivered = sum(viaStorage ? counted.cacheEventsByServer : counted.byServer)
     const answered = drive.latencies.length
     const seconds = drive.wallMs / 1000
     const steady = [...drive.perSecond].slice(1).sort((a, b) => a - b)
     print(
-      `events (${label}): ${drive.sent} updates due at ${rate}/s for ${eventSeconds} s; the driver sent ${drive.sent - drive.dropped} (${((drive.sent - drive.dropped) / eventSeconds).toFixed(0)}/s), dropped ${drive.dropped} at its cap of ${eventInflight} in flight (cap reached at ${drive.capTicks} of ${drive.ticks} 10 ms ticks); answers ${[...drive.codes].map(([k, v]) => `${k} ${v}`).join(", ")}; answered per second (after the first) min ${steady[0] ?? 0}, median ${pct(steady, 50)}; the member API servers counted ${delivered} PATCHes of BackupChecks (${(delivered / seconds).toFixed(0)}/s over the ${seconds.toFixed(1)} s to the last answer; by code ${[...counted.codes].map(([k, v]) => `${k} ${v}`).join(", ")}; by server ${[...counted.byServer].map(([k, v]) => `${k} ${v}`).join(", ")})`,
+      `events (${label}): ${drive.sent} updates due at ${rate}/s for ${eventSeconds} s; the driver sent ${drive.sent - drive.dropped} (${((drive.sent - drive.dropped) / eventSeconds).toFixed(0)}/s), dropped ${drive.dropped} at its cap of ${eventInflight} in flight (cap reached at ${drive.capTicks} of ${drive.ticks} 10 ms ticks); answers ${[...drive.codes].map(([k, v]) => `${k} ${v}`).join(", ")}; answered per second (after the first) min ${steady[0] ?? 0}, median ${pct(steady, 50)}; ${viaStorage ? `written into etcd; the member API servers' watch caches read ${delivered} BackupCheck events (${(delivered / seconds).toFixed(0)}/s over the ${seconds.toFixed(1)} s to the last answer; by server ${[...counted.cacheEventsByServer].map(([k, v]) => `${k} ${v}`).join(", ")}) and sent ${counted.watchEvents} to watchers` : `the member API servers counted ${delivered} PATCHes of BackupChecks (${(delivered / seconds).toFixed(0)}/s over the ${seconds.toFixed(1)} s to the last answer; by code ${[...counted.codes].map(([k, v]) => `${k} ${v}`).join(", ")}; by server ${[...counted.byServer].map(([k, v]) => `${k} ${v}`).join(", ")})`}`,
     )
     const ms = (s: number) => `${(s * 1000).toFixed(1)} ms`
-    print(
-      `events (${label}): PATCH round trip at the driver p50 ${pct(drive.latencies, 50)?.toFixed(1)} ms, p99 ${pct(drive.latencies, 99)?.toFixed(1)} ms, max ${drive.latencies.at(-1)?.toFixed(0)} ms over ${answered}; at the API servers (apiserver_request_duration_seconds, interpolated in buckets) p50 ${ms(histogramQuantile(counted.patchSeconds, 0.5))}, p99 ${ms(histogramQuantile(counted.patchSeconds, 0.99))}; their etcd updates (etcd_request_duration_seconds) p50 ${ms(histogramQuantile(counted.etcdSeconds, 0.5))}, p99 ${ms(histogramQuantile(counted.etcdSeconds, 0.99))}; driver: ${drive.connections} TLS connections opened, event-loop delay p99 ${drive.loopP99Ms.toFixed(1)} ms, max ${drive.loopMaxMs.toFixed(0)} ms`,
-    )
+    if (!viaStorage)
+      print(
+        `events (${label}): PATCH round trip at the driver p50 ${pct(drive.latencies, 50)?.toFixed(1)} ms, p99 ${pct(drive.latencies, 99)?.toFixed(1)} ms, max ${drive.latencies.at(-1)?.toFixed(0)} ms over ${answered}; at the API servers (apiserver_request_duration_seconds, interpolated in buckets) p50 ${ms(histogramQuantile(counted.patchSeconds, 0.5))}, p99 ${ms(histogramQuantile(counted.patchSeconds, 0.99))}; their etcd updates (etcd_request_duration_seconds) p50 ${ms(histogramQuantile(counted.etcdSeconds, 0.5))}, p99 ${ms(histogramQuantile(counted.etcdSeconds, 0.99))}; driver: ${drive.connections} TLS connections opened, event-loop delay p99 ${drive.loopP99Ms.toFixed(1)} ms, max ${drive.loopMaxMs.toFixed(0)} ms`,
+      )
     const cpuLine = (c: typeof cpu) => {
       const role = (r: string) => c.byRole.get(r) ?? 0
       const members = [...c.byRole].filter(([r]) => memberNames.has(r)).reduce((n, [, v]) => n + v, 0)
@@ -882,7 +889,7 @@ try {
     // Member API server CPU per delivered PATCH, above their quiet floor.
     const perPatchMs = ((busy.members - still.members) * 10 * seconds) / Math.max(1, delivered)
     print(
-      `events (${label}): CPU, % of one core (/proc): while sending: ${busy.text}; in the ${quietSeconds} s before, no events: ${still.text}; member API servers ${perPatchMs.toFixed(2)} ms of CPU per PATCH above that floor, the driver ${(drive.cpuMs / Math.max(1, answered)).toFixed(3)} ms`,
+      `events (${label}): CPU, % of one core (/proc): while sending: ${busy.text}; in the ${quietSeconds} s before, no events: ${still.text}; member API servers ${perPatchMs.toFixed(2)} ms of CPU per ${viaStorage ? "event" : "PATCH"} above that floor, the driver ${(drive.cpuMs / Math.max(1, answered)).toFixed(3)} ms`,
     )
     if (delivered / seconds < rate * 0.95)
       print(
@@ -894,7 +901,7 @@ try {
     const e2e = answerToReconcile(drive.answers, lat.takes)
     const e2eMs = (p: number) => pct(e2e.delays, p)?.toFixed(1)
     print(
-      `event → reconcile start seen from outside the hub (from the driver reading the PATCH's answer to a hub worker taking the check; watch delivery, decoding and workqueue wait, 0 when the reconcile began first): p50 ${e2eMs(50)} ms, p99 ${e2eMs(99)} ms, max ${e2eMs(100)} ms over ${e2e.delays.length} PATCHes${e2e.unseen ? `, ${e2e.unseen} with no reconcile seen` : ""}${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}`,
+      `event → reconcile start seen from outside the hub (from the driver reading the write's answer to a hub worker taking the check; watch delivery, decoding and workqueue wait, 0 when the reconcile began first): p50 ${e2eMs(50)} ms, p99 ${e2eMs(99)} ms, max ${e2eMs(100)} ms over ${e2e.delays.length} writes${e2e.unseen ? `, ${e2e.unseen} with no reconcile seen` : ""}${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}`,
     )
   }
 
