@@ -21,7 +21,7 @@
 // list of event runs on the same fleet, each "h1|h2|etcd[@rate][+rt]": h1 = HTTPS keep-alive Agent, h2 = one
 // HTTP/2 connection per API server, etcd = the same change written into the API servers' storage, so
 // that only their watch path runs (event-driver.ts), @rate instead of EVENT_RATE, +rt = the hub's threads
-// SCHED_FIFO for that run), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
+// SCHED_FIFO for that run, +core = the hub alone on the last core and the fleet and driver on the others for that run), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
 // sockets per API server), EVENT_H2_SESSIONS (1: h2's connections per API server), EVENT_QUIET_SECONDS
 // (5: the CPU floor read before each run), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
 // and etcd inherit this script's environment; the events' lines name them when set),
@@ -48,7 +48,7 @@
 import { type ChildProcess, execFileSync, fork } from "node:child_process"
 import { openSync } from "node:fs"
 import * as https from "node:https"
-import { setPriority } from "node:os"
+import { availableParallelism, setPriority } from "node:os"
 import {
   installFleetcheck,
   type LocalCluster,
@@ -792,16 +792,23 @@ try {
     .map((n) => `${n}=${process.env[n]}`)
   // EVENT_SECONDS=0: no events at all (nothing printed for them).
   for (const [phaseIndex, phase] of (eventSeconds > 0 ? phases : []).entries()) {
-    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt".
-    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?$/.exec(phase)
-    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt]`)
+    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt", then "+core".
+    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?(\+core)?$/.exec(phase)
+    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt][+core]`)
     const transport = parsed[1] as EventTransport
     const rate = parsed[2] ? Number(parsed[2]) : eventRate
     // +rt (or EVENT_RT alone): for the events only, every hub thread runs SCHED_FIFO (chrt), so the ~30
     // runnable apiserver, etcd and driver threads on 2 cores cannot queue it (nice only weighs the main
     // thread against each of them); the kernel still keeps 5% of each core for the others.
     const rt = parsed[3] !== undefined
-    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
+    // +core: for the events only, the hub alone on the last core and every other process of the fleet
+    // (API servers, etcd, this driver) on the others (taskset, every thread): the hub as a pod with a
+    // core of its own would run, at its ordinary priority.
+    const ownCore = parsed[4] !== undefined
+    const lastCore = availableParallelism() - 1
+    const pin = (cores: string, pid: number) =>
+      execFileSync("taskset", ["-a", "-p", "-c", cores, String(pid)])
+    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${ownCore ? `, hub alone on core ${lastCore}, the rest on cores 0-${lastCore - 1}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
     // What the machine's processes use with no events: the floor the events' CPU is read against.
     const quietWatch = watchCpu(pids)
     await sleep(quietSeconds * 1000)
@@ -815,6 +822,9 @@ try {
     )
     const cpuWatch = watchCpu(pids)
     if (rt) chrt(["-a", "-f", "-p", rtPriority])
+    if (ownCore)
+      for (const [pid, role] of pids)
+        pin(role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`, pid)
     await ask(proc, { cmd: "latency-start" })
     const drive = await driveEvents({
       transport,
@@ -839,6 +849,7 @@ try {
     await sleep(2_000)
     const lat = await ask<any>(proc, { cmd: "latency-stop" })
     if (rt) chrt(["-a", "-o", "-p", "0"])
+    if (ownCore) for (const pid of pids.keys()) pin(`0-${lastCore}`, pid)
     const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
     const samples1 = await Promise.all(
       servers.map(async (c) => serverSample((await must("metrics", call(c, "GET", "/metrics"))).text)),
@@ -896,7 +907,31 @@ try {
         `events (${label}): ${rate}/s NOT delivered (${(delivered / seconds).toFixed(0)}/s): the machine was ${cpu.idlePercent.toFixed(0)}% idle, the member API servers used ${(busy.members / 100).toFixed(2)} cores at ${perPatchMs.toFixed(2)} ms per PATCH (${rate}/s would need ${((perPatchMs * rate) / 1000 + still.members / 100).toFixed(2)} cores for them alone), the driver ${(cpu.byRole.get("driver") ?? 0).toFixed(0)}% of one core; PATCH p99 at the API servers ${ms(histogramQuantile(counted.patchSeconds, 0.99))}`,
       )
     print(
-      `event → reconcile start (workqueue wait, ms resolution) under ${(delivered / seconds).toFixed(0)} updates/s delivered (API servers' count) for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}${drive.dropped ? ` (${drive.dropped} updates not sent: ${eventInflight} in flight)` : ""}`,
+      `event → reconcile start (workqueue wait, ms resolution) under ${(delivered / seconds).toFixed(0)} updates/s delivered (API servers' count) for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}${ownCore ? `, hub alone on core ${lastCore}` : ""}${drive.dropped ? ` (${drive.dropped} updates not sent: ${eventInflight} in flight)` : ""}`,
+    )
+    // The long waits against the hub's GC pauses: a wait that began before a pause ended and ended after it
+    // began overlapped it.
+    const timedWaits = lat.timedWaits as Array<[number, number, number]>
+    const longWaits = timedWaits.filter(([, w]) => w >= 5)
+    const pauses = lat.gcPauses as Array<[number, number]>
+    const overlapping = longWaits.filter(([at, w]) => pauses.some(([s, d]) => s < at && s + d > at - w - 1))
+    // And against the other reconciles begun meanwhile: a wait behind many was a burst's queue.
+    const takenAt = timedWaits.map(([at]) => at).sort((a, b) => a - b)
+    const takenWithin = (from: number, to: number) => {
+      let n = 0
+      for (const t of takenAt) if (t > from && t < to) n++
+      return n
+    }
+    const behind = longWaits.map(([at, w]) => takenWithin(at - w - 1, at)).sort((a, b) => a - b)
+    print(
+      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms); reconciles begun during such a wait p50 ${pct(behind, 50) ?? 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window`,
+    )
+    // Each wait less the time the kernel kept the hub's main thread off a core meanwhile: what the hub
+    // itself took (its event loop busy with other work, GC), apart from the cores it shared.
+    const ownWaits = timedWaits.map(([, w, d]) => Math.max(0, w - d)).sort((a, b) => a - b)
+    const delays = timedWaits.map(([, , d]) => d).sort((a, b) => a - b)
+    print(
+      `event → reconcile start less the main thread's run delay during each wait: p50 ${pct(ownWaits, 50)?.toFixed(1)} ms, p99 ${pct(ownWaits, 99)?.toFixed(1)} ms, max ${ownWaits.at(-1)?.toFixed(0)} ms; the run delay within a wait p50 ${pct(delays, 50)?.toFixed(1)} ms, p99 ${pct(delays, 99)?.toFixed(1)} ms`,
     )
     const e2e = answerToReconcile(drive.answers, lat.takes)
     const e2eMs = (p: number) => pct(e2e.delays, p)?.toFixed(1)

@@ -14,7 +14,9 @@
 //                  major GC's start and its pause are not in them (they show in the main thread's CPU)
 //   latency-start  start recording every workqueue wait (add → a worker takes the key), when each key was
 //                  taken (epoch ms, sub-ms: the driver matches them to its PATCHes) and event-loop delay
-//   latency-stop   the recorded waits (ms) and the event-loop delay in the window
+//   latency-stop   the recorded waits (ms) and the event-loop delay in the window; each wait with when its
+//                  key was taken, and the GC pauses in the window (start, ms): what a long wait overlapped;
+//                  the main thread's time runnable but not running (the kernel's schedstat run_delay)
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
 //   profile-start  start the CPU profiler; profile-stop writes the profile to the path given
@@ -49,11 +51,24 @@ const config = resolveHubConfig(
   {},
 )
 
+// The main thread's time spent runnable but waiting for a core, ns (/proc/<pid>/task/<pid>/schedstat, field 2).
+const mainThreadRunDelayNs = () =>
+  Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, "utf8").split(" ")[1] ?? 0)
+let runDelay0 = 0
+
 // Workqueue waits, recorded only inside a latency window.
 let recording: number[] | undefined
 let reconciles = 0
 /** "namespace/name" and when a worker took it (performance.timeOrigin + now: one clock with the driver's). */
 let takes: Array<[string, number]> | undefined
+/**
+ * In a latency window: [taken at (epoch ms), wait ms, the main thread's run delay during the wait (ms)]
+ * and the GC pauses [start (epoch ms), ms].
+ */
+let timedWaits: Array<[number, number, number]> | undefined
+/** The main thread's run delay (ns) when each key now queued was added, in a latency window. */
+const runDelayAtAdd = new Map<string, number>()
+let gcPauses: Array<[number, number]> | undefined
 const metrics = makeMetrics({
   processMetrics: true,
   checkSeries: config.checkMetrics,
@@ -75,9 +90,20 @@ const wrapped: typeof metrics = {
     const hooks = metrics.queueHooks(cluster, controller)
     return {
       ...hooks,
+      onAdd: (key: string) => {
+        if (timedWaits !== undefined && !runDelayAtAdd.has(`${cluster}/${controller}/${key}`))
+          runDelayAtAdd.set(`${cluster}/${controller}/${key}`, mainThreadRunDelayNs())
+        hooks.onAdd?.(key)
+      },
       onGet: (key: string, queuedMs: number) => {
         recording?.push(queuedMs)
-        takes?.push([key, performance.timeOrigin + performance.now()])
+        const at = performance.timeOrigin + performance.now()
+        takes?.push([key, at])
+        if (timedWaits !== undefined) {
+          const added = runDelayAtAdd.get(`${cluster}/${controller}/${key}`)
+          runDelayAtAdd.delete(`${cluster}/${controller}/${key}`)
+          timedWaits.push([at, queuedMs, added === undefined ? 0 : (mainThreadRunDelayNs() - added) / 1e6])
+        }
         hooks.onGet?.(key, queuedMs)
       },
     }
@@ -98,6 +124,7 @@ new PerformanceObserver((list) => {
     if (g === undefined) continue
     g.count++
     g.pauseMs += e.duration
+    gcPauses?.push([performance.timeOrigin + e.startTime, e.duration])
   }
 }).observe({ entryTypes: ["gc"] })
 
@@ -261,9 +288,12 @@ process.on("message", async (msg: any) => {
       return
     }
     case "latency-start":
+      runDelay0 = mainThreadRunDelayNs()
       elu = performance.eventLoopUtilization()
       recording = []
       takes = []
+      timedWaits = []
+      gcPauses = []
       loopDelay.reset()
       loopDelay.enable()
       process.send?.({ ok: true })
@@ -274,10 +304,18 @@ process.on("message", async (msg: any) => {
       recording = undefined
       const taken = takes ?? []
       takes = undefined
+      const timed = timedWaits ?? []
+      const pauses = gcPauses ?? []
+      timedWaits = undefined
+      gcPauses = undefined
+      runDelayAtAdd.clear()
       process.send?.({
         elu: performance.eventLoopUtilization(elu).utilization,
         waits,
         takes: taken,
+        timedWaits: timed,
+        gcPauses: pauses,
+        runDelayMs: (mainThreadRunDelayNs() - runDelay0) / 1e6,
         loopP99Ms: loopDelay.percentile(99) / 1e6,
         loopMaxMs: loopDelay.max / 1e6,
       })
