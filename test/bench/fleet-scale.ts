@@ -29,7 +29,7 @@
 // JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified),
 // WAVE_PATCH_MS (5: the time allowed per schedule patch when choosing the wave's minute; at 1,000 × 100
 // a patch took about 25 ms, so use 40 there),
-// AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events),
+// AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events), PROFILE_EVENTS_HEAP=<file> (what the hub allocated during the events, major GCs' collections included),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), PROFILE_IDLE_HEAP=<file> (what the hub
 // allocated over the idle window and still held at its end, V8's sampling heap profile; with
@@ -785,6 +785,7 @@ try {
   if (proc.pid !== undefined) pids.set(proc.pid, "hub process")
   const memberNames = new Set(servers.map((c) => c.name))
   const profilePath = process.env.PROFILE_EVENTS
+  const heapProfilePath = process.env.PROFILE_EVENTS_HEAP
   const quietSeconds = env("EVENT_QUIET_SECONDS", 5)
   // The fleet's Go processes (API servers, etcd) inherit this script's environment.
   const goEnv = ["GOMAXPROCS", "GOGC", "GOMEMLIMIT"]
@@ -815,8 +816,10 @@ try {
     const quiet = quietWatch.stop()
     log(`events (${label}): ${rate}/s for ${eventSeconds} s`)
     if (profilePath) await ask(proc, { cmd: "profile-start" })
+    if (heapProfilePath) await ask(proc, { cmd: "heap-sampling-start", promoted: true })
     const chrt = (args: ReadonlyArray<string>) => execFileSync("chrt", [...args, String(proc.pid)])
     const evCpu0 = await ask<any>(proc, { cmd: "cpu" })
+    const evThreads0 = await ask<any>(proc, { cmd: "threads" })
     const samples0 = await Promise.all(
       servers.map(async (c) => serverSample((await must("metrics", call(c, "GET", "/metrics"))).text)),
     )
@@ -851,9 +854,15 @@ try {
     if (rt) chrt(["-a", "-o", "-p", "0"])
     if (ownCore) for (const pid of pids.keys()) pin(`0-${lastCore}`, pid)
     const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
+    const evThreads1 = await ask<any>(proc, { cmd: "threads" })
     const samples1 = await Promise.all(
       servers.map(async (c) => serverSample((await must("metrics", call(c, "GET", "/metrics"))).text)),
     )
+    if (heapProfilePath)
+      await ask(proc, {
+        cmd: "heap-sampling-stop",
+        path: phases.length > 1 ? `${heapProfilePath}.${phaseIndex}` : heapProfilePath,
+      })
     if (profilePath)
       await ask(proc, {
         cmd: "profile-stop",
@@ -924,7 +933,7 @@ try {
     }
     const behind = longWaits.map(([at, w]) => takenWithin(at - w - 1, at)).sort((a, b) => a - b)
     print(
-      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms); reconciles begun during such a wait p50 ${pct(behind, 50) ?? 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window`,
+      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms); reconciles begun during such a wait p50 ${pct(behind, 50) ?? 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window; the hub's threads (% of one core): ${threadsLine(evThreads0.threads, evThreads1.threads, evCpu1.at - evCpu0.at)}`,
     )
     // Each wait less the time the kernel kept the hub's main thread off a core meanwhile: what the hub
     // itself took (its event loop busy with other work, GC), apart from the cores it shared.
