@@ -21,7 +21,7 @@
 // list of event runs on the same fleet, each "h1|h2|etcd[@rate][+rt]": h1 = HTTPS keep-alive Agent, h2 = one
 // HTTP/2 connection per API server, etcd = the same change written into the API servers' storage, so
 // that only their watch path runs (event-driver.ts), @rate instead of EVENT_RATE, +rt = the hub's threads
-// SCHED_FIFO for that run, +core = the hub alone on the last core and the fleet and driver on the others for that run), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
+// SCHED_FIFO for that run, +core = the hub alone on the last core and the fleet and driver on the others for that run, +main = the hub's main thread alone on the last core and everything else, the hub's other threads too, on the others), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
 // sockets per API server), EVENT_H2_SESSIONS (1: h2's connections per API server), EVENT_QUIET_SECONDS
 // (5: the CPU floor read before each run), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
 // and etcd inherit this script's environment; the events' lines name them when set),
@@ -793,9 +793,10 @@ try {
     .map((n) => `${n}=${process.env[n]}`)
   // EVENT_SECONDS=0: no events at all (nothing printed for them).
   for (const [phaseIndex, phase] of (eventSeconds > 0 ? phases : []).entries()) {
-    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt", then "+core".
-    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?(\+core)?$/.exec(phase)
-    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt][+core]`)
+    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt", then "+core"
+    // or "+main".
+    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?(\+core|\+main)?$/.exec(phase)
+    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt][+core|+main]`)
     const transport = parsed[1] as EventTransport
     const rate = parsed[2] ? Number(parsed[2]) : eventRate
     // +rt (or EVENT_RT alone): for the events only, every hub thread runs SCHED_FIFO (chrt), so the ~30
@@ -805,11 +806,20 @@ try {
     // +core: for the events only, the hub alone on the last core and every other process of the fleet
     // (API servers, etcd, this driver) on the others (taskset, every thread): the hub as a pod with a
     // core of its own would run, at its ordinary priority.
-    const ownCore = parsed[4] !== undefined
+    // +main: the hub's main thread alone on the last core, its other threads (V8's workers, libuv's
+    // pool) with the rest: what the event loop does when neither the fleet nor its own GC workers take
+    // its core, as on a node with cores to spare.
+    const ownCore = parsed[4] === "+core"
+    const mainCore = parsed[4] === "+main"
     const lastCore = availableParallelism() - 1
     const pin = (cores: string, pid: number) =>
       execFileSync("taskset", ["-a", "-p", "-c", cores, String(pid)])
-    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${ownCore ? `, hub alone on core ${lastCore}, the rest on cores 0-${lastCore - 1}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
+    const pinned = ownCore
+      ? `hub alone on core ${lastCore}`
+      : mainCore
+        ? `hub's main thread alone on core ${lastCore}`
+        : ""
+    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${pinned ? `, ${pinned}, the rest on cores 0-${lastCore - 1}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
     // What the machine's processes use with no events: the floor the events' CPU is read against.
     const quietWatch = watchCpu(pids)
     await sleep(quietSeconds * 1000)
@@ -828,6 +838,11 @@ try {
     if (ownCore)
       for (const [pid, role] of pids)
         pin(role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`, pid)
+    if (mainCore) {
+      for (const pid of pids.keys()) pin(`0-${lastCore - 1}`, pid)
+      // Without -a, taskset sets the one thread whose id it is given: the process id is its main thread.
+      execFileSync("taskset", ["-p", "-c", String(lastCore), String(proc.pid)])
+    }
     await ask(proc, { cmd: "latency-start" })
     const drive = await driveEvents({
       transport,
@@ -852,7 +867,7 @@ try {
     await sleep(2_000)
     const lat = await ask<any>(proc, { cmd: "latency-stop" })
     if (rt) chrt(["-a", "-o", "-p", "0"])
-    if (ownCore) for (const pid of pids.keys()) pin(`0-${lastCore}`, pid)
+    if (ownCore || mainCore) for (const pid of pids.keys()) pin(`0-${lastCore}`, pid)
     const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
     const evThreads1 = await ask<any>(proc, { cmd: "threads" })
     const samples1 = await Promise.all(
@@ -916,7 +931,7 @@ try {
         `events (${label}): ${rate}/s NOT delivered (${(delivered / seconds).toFixed(0)}/s): the machine was ${cpu.idlePercent.toFixed(0)}% idle, the member API servers used ${(busy.members / 100).toFixed(2)} cores at ${perPatchMs.toFixed(2)} ms per PATCH (${rate}/s would need ${((perPatchMs * rate) / 1000 + still.members / 100).toFixed(2)} cores for them alone), the driver ${(cpu.byRole.get("driver") ?? 0).toFixed(0)}% of one core; PATCH p99 at the API servers ${ms(histogramQuantile(counted.patchSeconds, 0.99))}`,
       )
     print(
-      `event → reconcile start (workqueue wait, ms resolution) under ${(delivered / seconds).toFixed(0)} updates/s delivered (API servers' count) for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}${ownCore ? `, hub alone on core ${lastCore}` : ""}${drive.dropped ? ` (${drive.dropped} updates not sent: ${eventInflight} in flight)` : ""}`,
+      `event → reconcile start (workqueue wait, ms resolution) under ${(delivered / seconds).toFixed(0)} updates/s delivered (API servers' count) for ${eventSeconds} s: p50 ${pct(waits, 50)} ms, p99 ${pct(waits, 99)} ms, max ${waits.at(-1)} ms over ${waits.length} reconciles; event-loop delay p99 ${lat.loopP99Ms.toFixed(1)} ms, max ${lat.loopMaxMs.toFixed(0)} ms, event-loop utilization ${(lat.elu * 100).toFixed(0)}%, hub CPU ${(evCpu * 100).toFixed(0)}% of a core${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}${pinned ? `, ${pinned}` : ""}${drive.dropped ? ` (${drive.dropped} updates not sent: ${eventInflight} in flight)` : ""}`,
     )
     // The long waits against the hub's GC pauses: a wait that began before a pause ended and ended after it
     // began overlapped it.
