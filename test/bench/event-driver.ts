@@ -191,7 +191,7 @@ const h2Sender = (sessionsPerServer: number) => {
  * server's watch cache reads the write, gives it the key's new revision as resourceVersion and sends it
  * to its watchers as any MODIFIED event. Answers 200, or 409 when the key changed twice under it.
  */
-const etcdSender = (etcdUrl: string) => {
+export const etcdSender = (etcdUrl: string) => {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 })
   const known = new Map<string, { object: unknown; revision: string }>()
   const b64 = (s: string) => Buffer.from(s).toString("base64")
