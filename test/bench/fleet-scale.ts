@@ -884,7 +884,9 @@ try {
         path: phases.length > 1 ? `${profilePath}.${phaseIndex}` : profilePath,
       })
     const evCpu = (evCpu1.cpuMicros - evCpu0.cpuMicros) / 1000 / (evCpu1.at - evCpu0.at)
-    const waits = (lat.waits as number[]).sort((a, b) => a - b)
+    // Each take: [key, taken at (epoch ms), wait ms, the main thread's run delay during it ms].
+    const takes = lat.takes as Array<[string, number, number, number]>
+    const waits = takes.map(([, , w]) => w).sort((a, b) => a - b)
     const counted = serversDelta(
       servers.map((c) => c.name),
       samples0,
@@ -935,29 +937,31 @@ try {
     )
     // The long waits against the hub's GC pauses: a wait that began before a pause ended and ended after it
     // began overlapped it.
-    const timedWaits = lat.timedWaits as Array<[number, number, number]>
-    const longWaits = timedWaits.filter(([, w]) => w >= 5)
+    const longWaits = takes.filter(([, , w]) => w >= 5)
     const pauses = lat.gcPauses as Array<[number, number]>
-    const overlapping = longWaits.filter(([at, w]) => pauses.some(([s, d]) => s < at && s + d > at - w - 1))
+    const overlapping = longWaits.filter(([, at, w]) => pauses.some(([s, d]) => s < at && s + d > at - w - 1))
     // And against the other reconciles begun meanwhile: a wait behind many was a burst's queue.
-    const takenAt = timedWaits.map(([at]) => at).sort((a, b) => a - b)
+    const takenAt = takes.map(([, at]) => at).sort((a, b) => a - b)
     const takenWithin = (from: number, to: number) => {
       let n = 0
       for (const t of takenAt) if (t > from && t < to) n++
       return n
     }
-    const behind = longWaits.map(([at, w]) => takenWithin(at - w - 1, at)).sort((a, b) => a - b)
+    const behind = longWaits.map(([, at, w]) => takenWithin(at - w - 1, at)).sort((a, b) => a - b)
     print(
-      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms); reconciles begun during such a wait p50 ${pct(behind, 50) ?? 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window; the hub's threads (% of one core): ${threadsLine(evThreads0.threads, evThreads1.threads, evCpu1.at - evCpu0.at)}`,
+      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms); reconciles begun during such a wait p50 ${behind.length > 0 ? pct(behind, 50) : 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window; the hub's threads (% of one core): ${threadsLine(evThreads0.threads, evThreads1.threads, evCpu1.at - evCpu0.at)}`,
     )
     // Each wait less the time the kernel kept the hub's main thread off a core meanwhile: what the hub
     // itself took (its event loop busy with other work, GC), apart from the cores it shared.
-    const ownWaits = timedWaits.map(([, w, d]) => Math.max(0, w - d)).sort((a, b) => a - b)
-    const delays = timedWaits.map(([, , d]) => d).sort((a, b) => a - b)
+    const ownWaits = takes.map(([, , w, d]) => Math.max(0, w - d)).sort((a, b) => a - b)
+    const delays = takes.map(([, , , d]) => d).sort((a, b) => a - b)
     print(
       `event → reconcile start less the main thread's run delay during each wait: p50 ${pct(ownWaits, 50)?.toFixed(1)} ms, p99 ${pct(ownWaits, 99)?.toFixed(1)} ms, max ${ownWaits.at(-1)?.toFixed(0)} ms; the run delay within a wait p50 ${pct(delays, 50)?.toFixed(1)} ms, p99 ${pct(delays, 99)?.toFixed(1)} ms`,
     )
-    const e2e = answerToReconcile(drive.answers, lat.takes)
+    const e2e = answerToReconcile(
+      drive.answers,
+      takes.map(([key, at]) => [key, at] as const),
+    )
     const e2eMs = (p: number) => pct(e2e.delays, p)?.toFixed(1)
     print(
       `event → reconcile start seen from outside the hub (from the driver reading the write's answer to a hub worker taking the check; watch delivery, decoding and workqueue wait, 0 when the reconcile began first): p50 ${e2eMs(50)} ms, p99 ${e2eMs(99)} ms, max ${e2eMs(100)} ms over ${e2e.delays.length} writes${e2e.unseen ? `, ${e2e.unseen} with no reconcile seen` : ""}${rt ? `, hub SCHED_FIFO ${rtPriority}` : ", hub not real-time"}`,

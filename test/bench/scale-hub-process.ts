@@ -12,11 +12,12 @@
 //   gc             the garbage collections node reported since the process started, by kind (major,
 //                  minor), with their main-thread pauses (ms); the incremental marking steps between a
 //                  major GC's start and its pause are not in them (they show in the main thread's CPU)
-//   latency-start  start recording every workqueue wait (add → a worker takes the key), when each key was
-//                  taken (epoch ms, sub-ms: the driver matches them to its PATCHes) and event-loop delay
-//   latency-stop   the recorded waits (ms) and the event-loop delay in the window; each wait with when its
-//                  key was taken, and the GC pauses in the window (start, ms): what a long wait overlapped;
-//                  the main thread's time runnable but not running (the kernel's schedstat run_delay)
+//   latency-start  start recording every workqueue take: the key, when it was taken (epoch ms, sub-ms: the
+//                  driver matches them to its writes), its wait (add → take, ms) and the main thread's run
+//                  delay during that wait (runnable but not running, the kernel's schedstat); and the
+//                  event-loop delay and GC pauses
+//   latency-stop   the recorded takes, the GC pauses in the window (start, ms), the main thread's run delay
+//                  over the window and the event-loop delay
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
 //   profile-start  start the CPU profiler; profile-stop writes the profile to the path given
@@ -56,19 +57,16 @@ const mainThreadRunDelayNs = () =>
   Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, "utf8").split(" ")[1] ?? 0)
 let runDelay0 = 0
 
-// Workqueue waits, recorded only inside a latency window.
-let recording: number[] | undefined
 let reconciles = 0
-/** "namespace/name" and when a worker took it (performance.timeOrigin + now: one clock with the driver's). */
-let takes: Array<[string, number]> | undefined
 /**
- * In a latency window: [taken at (epoch ms), wait ms, the main thread's run delay during the wait (ms)]
- * and the GC pauses [start (epoch ms), ms].
+ * Inside a latency window only: each take as ["namespace/name", taken at (performance.timeOrigin + now:
+ * one clock with the driver's), wait ms, the main thread's run delay during the wait ms], and the GC
+ * pauses [start (epoch ms), ms].
  */
-let timedWaits: Array<[number, number, number]> | undefined
+let takes: Array<[string, number, number, number]> | undefined
+let gcPauses: Array<[number, number]> | undefined
 /** The main thread's run delay (ns) when each key now queued was added, in a latency window. */
 const runDelayAtAdd = new Map<string, number>()
-let gcPauses: Array<[number, number]> | undefined
 const metrics = makeMetrics({
   processMetrics: true,
   checkSeries: config.checkMetrics,
@@ -91,18 +89,19 @@ const wrapped: typeof metrics = {
     return {
       ...hooks,
       onAdd: (key: string) => {
-        if (timedWaits !== undefined && !runDelayAtAdd.has(`${cluster}/${controller}/${key}`))
-          runDelayAtAdd.set(`${cluster}/${controller}/${key}`, mainThreadRunDelayNs())
+        if (takes !== undefined) {
+          const queued = `${cluster}/${controller}/${key}`
+          if (!runDelayAtAdd.has(queued)) runDelayAtAdd.set(queued, mainThreadRunDelayNs())
+        }
         hooks.onAdd?.(key)
       },
       onGet: (key: string, queuedMs: number) => {
-        recording?.push(queuedMs)
-        const at = performance.timeOrigin + performance.now()
-        takes?.push([key, at])
-        if (timedWaits !== undefined) {
-          const added = runDelayAtAdd.get(`${cluster}/${controller}/${key}`)
-          runDelayAtAdd.delete(`${cluster}/${controller}/${key}`)
-          timedWaits.push([at, queuedMs, added === undefined ? 0 : (mainThreadRunDelayNs() - added) / 1e6])
+        if (takes !== undefined) {
+          const queued = `${cluster}/${controller}/${key}`
+          const added = runDelayAtAdd.get(queued)
+          runDelayAtAdd.delete(queued)
+          const runDelayMs = added === undefined ? 0 : (mainThreadRunDelayNs() - added) / 1e6
+          takes.push([key, performance.timeOrigin + performance.now(), queuedMs, runDelayMs])
         }
         hooks.onGet?.(key, queuedMs)
       },
@@ -290,9 +289,7 @@ process.on("message", async (msg: any) => {
     case "latency-start":
       runDelay0 = mainThreadRunDelayNs()
       elu = performance.eventLoopUtilization()
-      recording = []
       takes = []
-      timedWaits = []
       gcPauses = []
       loopDelay.reset()
       loopDelay.enable()
@@ -300,20 +297,14 @@ process.on("message", async (msg: any) => {
       return
     case "latency-stop": {
       loopDelay.disable()
-      const waits = recording ?? []
-      recording = undefined
       const taken = takes ?? []
-      takes = undefined
-      const timed = timedWaits ?? []
       const pauses = gcPauses ?? []
-      timedWaits = undefined
+      takes = undefined
       gcPauses = undefined
       runDelayAtAdd.clear()
       process.send?.({
         elu: performance.eventLoopUtilization(elu).utilization,
-        waits,
         takes: taken,
-        timedWaits: timed,
         gcPauses: pauses,
         runDelayMs: (mainThreadRunDelayNs() - runDelay0) / 1e6,
         loopP99Ms: loopDelay.percentile(99) / 1e6,
