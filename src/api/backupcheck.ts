@@ -659,3 +659,15 @@ export const parseResource = <S extends z.ZodType>(schema: S, obj: unknown): Par
  */
 export const parseBackupCheck = (obj: unknown): ParseResult<BackupCheck> =>
   parseResource(BackupCheckSchema, obj)
+
+const BackupCheckHeadSchema = BackupCheckSchema.pick({ apiVersion: true, kind: true, metadata: true })
+
+/**
+ * Whether parseBackupCheck would accept `obj`'s apiVersion, kind and metadata: with a spec known to
+ * parse, the object parses exactly when these do (a bad status is dropped, never a refusal).
+ */
+export const backupCheckHeadValid = (obj: unknown): boolean => safeParse(BackupCheckHeadSchema, obj).success
+
+/** Whether parseBackupCheck would keep this status: present and valid (false: absent or dropped). */
+export const backupCheckStatusValid = (status: unknown): boolean =>
+  status !== undefined && safeParse(BackupCheckStatusSchema, status).success

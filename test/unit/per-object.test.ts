@@ -55,4 +55,46 @@ describe("per-object derivations", () => {
     expect(first.success).toBe(false)
     expect(derivedCheck(bad)).toBe(first)
   })
+
+  it("a new version carrying the same spec object reuses its parse and hash, and still checks the rest", () => {
+    const a = check("restore:1", { observedGeneration: 1 })
+    const first = derivedCheck(a)
+    if (!first.success) throw new Error("fixture parses")
+    const relabeled = {
+      ...a,
+      metadata: { ...a.metadata, resourceVersion: "2", labels: { tick: "1" } },
+    } as BackupCheck
+    const second = derivedCheck(relabeled)
+    if (!second.success) throw new Error("a new label parses")
+    expect(second.spec).toBe(first.spec)
+    expect(second.specHash).toBe(first.specHash)
+    expect(second.statusValid).toBe(true)
+    // What the whole parse would refuse is refused with its message, known spec or not.
+    const badMeta = { ...a, metadata: { ...a.metadata, namespace: "" } } as BackupCheck
+    const refused = derivedCheck(badMeta)
+    const whole = parseBackupCheck(badMeta)
+    expect(refused).toEqual({ success: false, error: whole.success ? "" : whole.error })
+    expect(derivedCheck({ ...a, kind: "Other" } as unknown as BackupCheck).success).toBe(false)
+    // The status is judged afresh: dropped when invalid, false when absent, as the whole parse says.
+    expect(
+      derivedCheck({ ...a, status: { observedGeneration: "x" } } as unknown as BackupCheck),
+    ).toMatchObject({
+      success: true,
+      statusValid: false,
+    })
+    const { status: _s, ...noStatus } = a
+    expect(derivedCheck(noStatus as BackupCheck)).toMatchObject({ success: true, statusValid: false })
+    expect(derivedCheck({ ...a, status: null } as unknown as BackupCheck)).toMatchObject({
+      success: true,
+      statusValid: false,
+    })
+  })
+
+  it("an equal spec in a different object is parsed afresh, and gives the same hash", () => {
+    const a = derivedCheck(check("restore:1"))
+    const b = derivedCheck(check("restore:1"))
+    if (!a.success || !b.success) throw new Error("fixtures parse")
+    expect(b.spec).not.toBe(a.spec)
+    expect(b.specHash).toBe(a.specHash)
+  })
 })
