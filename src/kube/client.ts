@@ -1047,10 +1047,17 @@ export const makeKubeClient = Effect.fnUntraced(function* (
     }
     const fail = (e: KubeApiError | KubeTransportError) => failCause(Cause.fail(e))
     // Until the response headers arrive the request deadline applies (a hung server that still
-    // accepts connections); after them, the inactivity timeout (a silent or half-open stream).
+    // accepts connections); after them, the inactivity timeout (a silent or half-open stream), pushed
+    // back by every chunk. Refreshed, not replaced: a new timer per chunk lived for the seconds between
+    // a member's events, long enough to be promoted to the old generation each time.
+    let inactivity: NodeJS.Timeout | undefined
     const arm = () => {
+      if (inactivity !== undefined) {
+        inactivity.refresh()
+        return
+      }
       clearTimeout(timer)
-      timer = setTimeout(() => {
+      inactivity = timer = setTimeout(() => {
         resolved.generation.transport.suspect(inactivityMs)
         fail(transportError("GET", path, `watch inactive for ${inactivityMs} ms`, "WatchInactive"))
       }, inactivityMs)

@@ -128,6 +128,37 @@ describe("kube client watch against a scripted server", () => {
     }
   })
 
+  it("pushes the inactivity timeout back with every chunk, and ends the watch only after a silence", async () => {
+    const srv = await scripted((_req, res) => {
+      res.writeHead(200)
+      let n = 0
+      const tick = () => {
+        res.write(line("ADDED", cm(`c${n}`, String(n + 1))))
+        if (++n < 10) setTimeout(tick, 100)
+      }
+      tick()
+    })
+    try {
+      const seen: Array<string> = []
+      const exit = await withClient(
+        srv.kubeconfig,
+        (client) =>
+          Effect.runPromiseExit(
+            client
+              .watch("/api/v1/configmaps", {})
+              .pipe(Stream.runForEach((e) => Effect.sync(() => seen.push(e.object.metadata.name)))),
+          ),
+        400,
+      )
+      // Ten events over about 900 ms, more than twice the timeout: all arrive before it ends the watch.
+      expect(seen).toEqual(Array.from({ length: 10 }, (_, i) => `c${i}`))
+      const err = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
+      expect(isWatchInactive(err)).toBe(true)
+    } finally {
+      await srv.stop()
+    }
+  })
+
   it("fails a watch whose response headers never come with a Timeout (a hung server)", async () => {
     const srv = await scripted(() => {
       // accept, never answer
