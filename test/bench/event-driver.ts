@@ -11,7 +11,7 @@
 // `sessionsPerServer` connections share a server's streams round robin), and "etcd", the same change
 // written straight into the API servers' storage (below): the events reach the hub through the API
 // servers' own watch path, without the write path the 2-core machine cannot run at 500/s beside the rest.
-import { readdirSync, readFileSync } from "node:fs"
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs"
 import * as http from "node:http"
 import * as http2 from "node:http2"
 import * as https from "node:https"
@@ -495,6 +495,47 @@ export const fleetProcesses = (runDir: string): Map<number, string> => {
     else if (args[0]?.endsWith("/etcd")) found.set(Number(entry), "etcd")
   }
   return found
+}
+
+/** cgroup v1's cpu controller, where the kubelet sets a pod's cpu.shares from its CPU request. */
+const cpuCgroupRoot = "/sys/fs/cgroup/cpu"
+
+/**
+ * Named cpu cgroups weighted as pods requesting `millicores` each (cpu.shares = millicores × 1024 /
+ * 1000, the kubelet's formula, at least 2), under one parent of this bench's; move() puts a whole
+ * process (every thread) in one, remove() puts the given processes back in the root group and deletes
+ * the groups.
+ */
+export const cpuGroups = (millicores: Readonly<Record<string, number>>) => {
+  if (!existsSync(`${cpuCgroupRoot}/cpu.shares`))
+    throw new Error(`+pod needs cgroup v1's cpu controller at ${cpuCgroupRoot}`)
+  const parent = `${cpuCgroupRoot}/fleetcheck-bench-${process.pid}`
+  mkdirSync(parent, { recursive: true })
+  const dirs = new Map<string, string>()
+  for (const [name, m] of Object.entries(millicores)) {
+    const dir = `${parent}/${name}`
+    mkdirSync(dir, { recursive: true })
+    writeFileSync(`${dir}/cpu.shares`, String(Math.max(2, Math.round((m * 1024) / 1000))))
+    dirs.set(name, dir)
+  }
+  return {
+    move: (pid: number, name: string) => {
+      const dir = dirs.get(name)
+      if (dir === undefined) throw new Error(`no cpu group ${name}`)
+      writeFileSync(`${dir}/cgroup.procs`, String(pid))
+    },
+    remove: (pids: Iterable<number>) => {
+      for (const pid of pids) {
+        try {
+          writeFileSync(`${cpuCgroupRoot}/cgroup.procs`, String(pid))
+        } catch {
+          // gone meanwhile
+        }
+      }
+      for (const dir of dirs.values()) rmdirSync(dir)
+      rmdirSync(parent)
+    },
+  }
 }
 
 /** Every process's jiffies and short name (/proc/<pid>/comm). */

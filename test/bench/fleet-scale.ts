@@ -21,7 +21,7 @@
 // list of event runs on the same fleet, each "h1|h2|etcd[@rate][+rt]": h1 = HTTPS keep-alive Agent, h2 = one
 // HTTP/2 connection per API server, etcd = the same change written into the API servers' storage, so
 // that only their watch path runs (event-driver.ts), @rate instead of EVENT_RATE, +rt = the hub's threads
-// SCHED_FIFO for that run, +core = the hub alone on the last core and the fleet and driver on the others for that run, +main = the hub's main thread alone on the last core and everything else, the hub's other threads too, on the others), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
+// SCHED_FIFO for that run, +core = the hub alone on the last core and the fleet and driver on the others for that run, +main = the hub's main thread alone on the last core and everything else, the hub's other threads too, on the others, +pod[=<millicores>] = the hub in a cpu cgroup weighted as a pod's CPU request (default 1000m) and everything else in one weighted as the machine's other cores' worth, as on a node whose other pods request the rest), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
 // sockets per API server), EVENT_H2_SESSIONS (1: h2's connections per API server), EVENT_QUIET_SECONDS
 // (5: the CPU floor read before each run), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
 // and etcd inherit this script's environment; the events' lines name them when set),
@@ -62,6 +62,7 @@ import { sleep } from "../support/wait.ts"
 import { ask, servingPort } from "./child-process.ts"
 import {
   answerToReconcile,
+  cpuGroups,
   driveEvents,
   type EventTransport,
   fleetProcesses,
@@ -793,10 +794,13 @@ try {
     .map((n) => `${n}=${process.env[n]}`)
   // EVENT_SECONDS=0: no events at all (nothing printed for them).
   for (const [phaseIndex, phase] of (eventSeconds > 0 ? phases : []).entries()) {
-    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt", then "+core"
-    // or "+main".
-    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?(\+core|\+main)?$/.exec(phase)
-    if (!parsed) throw new Error(`EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt][+core|+main]`)
+    // "h1", "h2" or "etcd", then "@<rate>" for another rate than EVENT_RATE, then "+rt", then "+core",
+    // "+main" or "+pod[=<millicores>]".
+    const parsed = /^(h1|h2|etcd)(?:@(\d+))?(\+rt)?(\+core|\+main|\+pod(?:=(\d+))?)?$/.exec(phase)
+    if (!parsed)
+      throw new Error(
+        `EVENT_DRIVERS: ${phase} is not h1|h2|etcd[@rate][+rt][+core|+main|+pod[=<millicores>]]`,
+      )
     const transport = parsed[1] as EventTransport
     const rate = parsed[2] ? Number(parsed[2]) : eventRate
     // +rt (or EVENT_RT alone): for the events only, every hub thread runs SCHED_FIFO (chrt), so the ~30
@@ -811,6 +815,11 @@ try {
     // its core, as on a node with cores to spare.
     const ownCore = parsed[4] === "+core"
     const mainCore = parsed[4] === "+main"
+    // +pod: the kubelet's CPU requests, as cgroup v1 cpu.shares (request millicores × 1024 / 1000): the
+    // hub in a group of its own with its request (default 1000m), every other process (the fleet, this
+    // driver) in one group with the rest of the machine's cores requested, a node whose other pods
+    // request all it has left. All at ordinary priority, on all cores: only the weights differ.
+    const podMillicores = parsed[4]?.startsWith("+pod") ? Number(parsed[5] ?? 1000) : undefined
     const lastCore = availableParallelism() - 1
     const pin = (cores: string, pid: number) =>
       execFileSync("taskset", ["-a", "-p", "-c", cores, String(pid)])
@@ -818,8 +827,10 @@ try {
       ? `hub alone on core ${lastCore}`
       : mainCore
         ? `hub's main thread alone on core ${lastCore}`
-        : ""
-    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${pinned ? `, ${pinned}, the rest on cores 0-${lastCore - 1}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
+        : podMillicores !== undefined
+          ? `hub in a cpu cgroup requesting ${podMillicores}m`
+          : ""
+    const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${pinned ? `, ${pinned}, ${podMillicores !== undefined ? `the rest in one requesting ${(lastCore + 1) * 1000 - podMillicores}m` : `the rest on cores 0-${lastCore - 1}`}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
     // What the machine's processes use with no events: the floor the events' CPU is read against.
     const quietWatch = watchCpu(pids)
     await sleep(quietSeconds * 1000)
@@ -838,6 +849,11 @@ try {
     if (ownCore)
       for (const [pid, role] of pids)
         pin(role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`, pid)
+    const pods =
+      podMillicores === undefined
+        ? undefined
+        : cpuGroups({ hub: podMillicores, node: (lastCore + 1) * 1000 - podMillicores })
+    if (pods) for (const [pid, role] of pids) pods.move(pid, role === "hub process" ? "hub" : "node")
     if (mainCore) {
       for (const pid of pids.keys()) pin(`0-${lastCore - 1}`, pid)
       // Without -a, taskset sets the one thread whose id it is given: the process id is its main thread.
@@ -868,6 +884,7 @@ try {
     const lat = await ask<any>(proc, { cmd: "latency-stop" })
     if (rt) chrt(["-a", "-o", "-p", "0"])
     if (ownCore || mainCore) for (const pid of pids.keys()) pin(`0-${lastCore}`, pid)
+    if (pods) pods.remove(pids.keys())
     const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
     const evThreads1 = await ask<any>(proc, { cmd: "threads" })
     const samples1 = await Promise.all(
@@ -938,7 +955,11 @@ try {
     // The long waits against the hub's GC pauses: a wait that began before a pause ended and ended after it
     // began overlapped it.
     const longWaits = takes.filter(([, , w]) => w >= 5)
-    const pauses = lat.gcPauses as Array<[number, number]>
+    const pauses = lat.gcPauses as Array<[number, number, "major" | "minor"]>
+    const pausesOf = (kind: "major" | "minor") => {
+      const of = pauses.filter(([, , k]) => k === kind)
+      return `${of.length} ${kind} (${of.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms, longest ${Math.max(0, ...of.map(([, d]) => d)).toFixed(1)} ms)`
+    }
     const overlapping = longWaits.filter(([, at, w]) => pauses.some(([s, d]) => s < at && s + d > at - w - 1))
     // And against the other reconciles begun meanwhile: a wait behind many was a burst's queue.
     const takenAt = takes.map(([, at]) => at).sort((a, b) => a - b)
@@ -949,7 +970,7 @@ try {
     }
     const behind = longWaits.map(([, at, w]) => takenWithin(at - w - 1, at)).sort((a, b) => a - b)
     print(
-      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms); reconciles begun during such a wait p50 ${behind.length > 0 ? pct(behind, 50) : 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window; the hub's threads (% of one core): ${threadsLine(evThreads0.threads, evThreads1.threads, evCpu1.at - evCpu0.at)}`,
+      `event → reconcile start: ${longWaits.length} waits of 5 ms or more, ${overlapping.length} of them overlapping one of the hub's ${pauses.length} GC pauses in the window (${pauses.reduce((n, [, d]) => n + d, 0).toFixed(0)} ms in all, longest ${Math.max(0, ...pauses.map(([, d]) => d)).toFixed(1)} ms; ${pausesOf("major")}, ${pausesOf("minor")}); reconciles begun during such a wait p50 ${behind.length > 0 ? pct(behind, 50) : 0}, max ${behind.at(-1) ?? 0}; the hub's main thread was runnable but not running (kernel run delay) ${(lat.runDelayMs as number).toFixed(0)} ms of the window; the hub's threads (% of one core): ${threadsLine(evThreads0.threads, evThreads1.threads, evCpu1.at - evCpu0.at)}`,
     )
     // Each wait less the time the kernel kept the hub's main thread off a core meanwhile: what the hub
     // itself took (its event loop busy with other work, GC), apart from the cores it shared.

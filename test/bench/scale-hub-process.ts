@@ -16,7 +16,7 @@
 //                  driver matches them to its writes), its wait (add → take, ms) and the main thread's run
 //                  delay during that wait (runnable but not running, the kernel's schedstat); and the
 //                  event-loop delay and GC pauses
-//   latency-stop   the recorded takes, the GC pauses in the window (start, ms), the main thread's run delay
+//   latency-stop   the recorded takes, the GC pauses in the window (start, ms, major|minor), the main thread's run delay
 //                  over the window and the event-loop delay
 //   scrape         one render of /metrics in-process: ms, bytes, series, longest event-loop stall during it
 //   snapshot       write a heap snapshot to the path given
@@ -77,7 +77,7 @@ let reconciles = 0
  * pauses [start (epoch ms), ms].
  */
 let takes: Array<[string, number, number, number]> | undefined
-let gcPauses: Array<[number, number]> | undefined
+let gcPauses: Array<[number, number, "major" | "minor"]> | undefined
 /** The main thread's run delay (ns) when each key now queued was added, in a latency window. */
 const runDelayAtAdd = new Map<string, number>()
 const metrics = makeMetrics({
@@ -136,7 +136,7 @@ new PerformanceObserver((list) => {
     if (g === undefined) continue
     g.count++
     g.pauseMs += e.duration
-    gcPauses?.push([performance.timeOrigin + e.startTime, e.duration])
+    gcPauses?.push([performance.timeOrigin + e.startTime, e.duration, g === gcs.major ? "major" : "minor"])
   }
 }).observe({ entryTypes: ["gc"] })
 
