@@ -7,7 +7,8 @@
 //
 // Only the new object is changed, before anyone else sees it; the cached one is never touched, so
 // readers holding it are unaffected. Only plain JSON values are shared (what JSON.parse yields);
-// anything else is compared by identity.
+// anything else is compared by identity. Equal strings are shared too: JSON.parse gives every value a
+// fresh copy, and === cannot tell them apart, so an equal string is simply assigned.
 
 /** Deeper than this, parts are left as they are: decoded JSON can nest as deep as its bytes allow. */
 const maxDepth = 32
@@ -30,8 +31,9 @@ const share = (before: unknown, after: unknown, depth: number): unknown => {
     let same = before.length === after.length
     const n = Math.min(before.length, after.length)
     for (let i = 0; i < n; i++) {
-      const next = share(before[i], after[i], depth + 1)
-      if (next !== after[i]) after[i] = next
+      const value = after[i]
+      const next = share(before[i], value, depth + 1)
+      if (next !== value || typeof next === "string") after[i] = next
       if (next !== before[i]) same = false
     }
     return same ? before : after
@@ -40,7 +42,9 @@ const share = (before: unknown, after: unknown, depth: number): unknown => {
     if (!isPlainObject(before)) return after
     let same = true
     let defined = 0
-    for (const key of Object.keys(after)) {
+    // for-in over own keys rather than Object.keys: no array of keys per object compared.
+    for (const key in after) {
+      if (!Object.hasOwn(after, key)) continue
       const value = after[key]
       if (value === undefined) continue
       defined++
@@ -50,11 +54,11 @@ const share = (before: unknown, after: unknown, depth: number): unknown => {
         continue
       }
       const next = share(before[key], value, depth + 1)
-      if (next !== value) after[key] = next
+      if (next !== value || typeof next === "string") after[key] = next
       if (next !== before[key]) same = false
     }
     if (!same) return after
-    for (const key of Object.keys(before)) if (before[key] !== undefined) defined--
+    for (const key in before) if (Object.hasOwn(before, key) && before[key] !== undefined) defined--
     return defined === 0 ? before : after
   }
   return after
@@ -71,6 +75,6 @@ export const shareUnchanged = (cached: unknown, next: unknown): void => {
     if (key === "__proto__" || !Object.hasOwn(cached, key)) continue
     const value = next[key]
     const shared = share(cached[key], value, 1)
-    if (shared !== value) next[key] = shared
+    if (shared !== value || typeof shared === "string") next[key] = shared
   }
 }
