@@ -29,7 +29,7 @@
 // JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified),
 // WAVE_PATCH_MS (5: the time allowed per schedule patch when choosing the wave's minute; at 1,000 × 100
 // a patch took about 25 ms, so use 40 there),
-// AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events), PROFILE_EVENTS_HEAP=<file> (what the hub allocated during the events, major GCs' collections included),
+// AFTER_WAVE_SECONDS (60: memory and sockets are measured again this long after the wave), SKIP_WAVE=1, PROFILE_EVENTS=<file> (the hub's CPU profile during the events), PROFILE_EVENTS_HEAP=<file> (what the hub allocated during the events, major GCs' collections included; with PROFILE_EVENTS_HEAP_ALL=1 the scavenges' too: every allocation),
 // PROFILE_START=<file> (the hub's CPU profile from its start until every member is Ready),
 // PROFILE_IDLE=<file> (the hub's CPU profile over the idle window), PROFILE_IDLE_HEAP=<file> (what the hub
 // allocated over the idle window and still held at its end, V8's sampling heap profile; with
@@ -837,7 +837,12 @@ try {
     const quiet = quietWatch.stop()
     log(`events (${label}): ${rate}/s for ${eventSeconds} s`)
     if (profilePath) await ask(proc, { cmd: "profile-start" })
-    if (heapProfilePath) await ask(proc, { cmd: "heap-sampling-start", promoted: true })
+    if (heapProfilePath)
+      await ask(proc, {
+        cmd: "heap-sampling-start",
+        promoted: true,
+        all: process.env.PROFILE_EVENTS_HEAP_ALL === "1",
+      })
     const chrt = (args: ReadonlyArray<string>) => execFileSync("chrt", [...args, String(proc.pid)])
     const evCpu0 = await ask<any>(proc, { cmd: "cpu" })
     const evThreads0 = await ask<any>(proc, { cmd: "threads" })

@@ -278,7 +278,9 @@ process.on("message", async (msg: any) => {
       // generation, which is what the major GCs of a converged hub are paid for.
       await profiler.post("HeapProfiler.startSampling", {
         samplingInterval: 32 * 1024,
-        ...(msg.promoted === true ? { includeObjectsCollectedByMajorGC: true } : {}),
+        ...(msg.promoted === true || msg.all === true ? { includeObjectsCollectedByMajorGC: true } : {}),
+        // With `all`, what scavenges collected too: every allocation, the young generation's churn.
+        ...(msg.all === true ? { includeObjectsCollectedByMinorGC: true } : {}),
       })
       process.send?.({ ok: true })
       return
