@@ -23,7 +23,8 @@
 // that only their watch path runs (event-driver.ts), @rate instead of EVENT_RATE, +rt = the hub's threads
 // SCHED_FIFO for that run, +core = the hub alone on the last core and the fleet and driver on the others for that run, +main = the hub's main thread alone on the last core and everything else, the hub's other threads too, on the others, +pod[=<millicores>] = the hub in a cpu cgroup weighted as a pod's CPU request (default 1000m) and everything else in one weighted as the machine's other cores' worth, as on a node whose other pods request the rest), EVENT_INFLIGHT (256: updates due beyond it are dropped and counted), EVENT_SOCKETS (32: h1's
 // sockets per API server), EVENT_H2_SESSIONS (1: h2's connections per API server), EVENT_QUIET_SECONDS
-// (5: the CPU floor read before each run), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
+// (5: the CPU floor read before each run, again until the machine is at most EVENT_SETTLED_PERCENT (30) of
+// a core busy, for at most EVENT_SETTLE_SECONDS (300)), GOMAXPROCS / GOGC / GOMEMLIMIT (not read here: the API servers
 // and etcd inherit this script's environment; the events' lines name them when set),
 // WAVE_PERCENT (10),
 // JOB_HOLD_MS (5000), WAVE_MAX_SECONDS (1200: then the wave's figures are printed over what verified),
@@ -62,6 +63,7 @@ import { sleep } from "../support/wait.ts"
 import { ask, servingPort } from "./child-process.ts"
 import {
   answerToReconcile,
+  type CpuUse,
   cpuGroups,
   driveEvents,
   type EventTransport,
@@ -788,6 +790,8 @@ try {
   const profilePath = process.env.PROFILE_EVENTS
   const heapProfilePath = process.env.PROFILE_EVENTS_HEAP
   const quietSeconds = env("EVENT_QUIET_SECONDS", 5)
+  const settledPercent = env("EVENT_SETTLED_PERCENT", 30)
+  const settleSeconds = env("EVENT_SETTLE_SECONDS", 300)
   // The fleet's Go processes (API servers, etcd) inherit this script's environment.
   const goEnv = ["GOMAXPROCS", "GOGC", "GOMEMLIMIT"]
     .filter((n) => process.env[n])
@@ -831,10 +835,28 @@ try {
           ? `hub in a cpu cgroup requesting ${podMillicores}m`
           : ""
     const label = `${transport} at ${rate}/s${rt ? `, hub SCHED_FIFO ${rtPriority}` : ""}${pinned ? `, ${pinned}, ${podMillicores !== undefined ? `the rest in one requesting ${(lastCore + 1) * 1000 - podMillicores}m` : `the rest on cores 0-${lastCore - 1}`}` : ""}${goEnv.length ? `, API servers and etcd with ${goEnv.join(" ")}` : ""}`
-    // What the machine's processes use with no events: the floor the events' CPU is read against.
-    const quietWatch = watchCpu(pids)
-    await sleep(quietSeconds * 1000)
-    const quiet = quietWatch.stop()
+    // What the machine's processes use with no events: the floor the events' CPU is read against. Read
+    // again until the machine has settled (at 1,000 × 100 the member API servers kept most of a core busy
+    // for minutes after the seeding, and events then measured their load as much as the hub), up to a
+    // limit, so that a run says whether it began on a quiet machine.
+    const settleStart = Date.now()
+    let quiet: CpuUse
+    for (;;) {
+      const quietWatch = watchCpu(pids)
+      await sleep(quietSeconds * 1000)
+      quiet = quietWatch.stop()
+      if (quiet.busyPercent <= settledPercent || Date.now() - settleStart >= settleSeconds * 1000) break
+      log(
+        `events (${label}): ${quiet.busyPercent.toFixed(0)}% of a core busy without events, above ${settledPercent}%; waiting for the machine to settle`,
+      )
+    }
+    const settleWaited = (Date.now() - settleStart) / 1000 - quietSeconds
+    const settled =
+      quiet.busyPercent <= settledPercent
+        ? settleWaited >= 1
+          ? `; began after ${settleWaited.toFixed(0)} s waiting for the machine to settle below ${settledPercent}% of a core`
+          : ""
+        : `; the machine did not settle below ${settledPercent}% of a core within ${settleSeconds} s (EVENT_SETTLE_SECONDS)`
     log(`events (${label}): ${rate}/s for ${eventSeconds} s`)
     if (profilePath) await ask(proc, { cmd: "profile-start" })
     if (heapProfilePath)
@@ -948,7 +970,7 @@ try {
     // Member API server CPU per delivered PATCH, above their quiet floor.
     const perPatchMs = ((busy.members - still.members) * 10 * seconds) / Math.max(1, delivered)
     print(
-      `events (${label}): CPU, % of one core (/proc): while sending: ${busy.text}; in the ${quietSeconds} s before, no events: ${still.text}; member API servers ${perPatchMs.toFixed(2)} ms of CPU per ${viaStorage ? "event" : "PATCH"} above that floor, the driver ${(drive.cpuMs / Math.max(1, answered)).toFixed(3)} ms`,
+      `events (${label}): CPU, % of one core (/proc): while sending: ${busy.text}; in the ${quietSeconds} s before, no events: ${still.text}; member API servers ${perPatchMs.toFixed(2)} ms of CPU per ${viaStorage ? "event" : "PATCH"} above that floor, the driver ${(drive.cpuMs / Math.max(1, answered)).toFixed(3)} ms${settled}`,
     )
     if (delivered / seconds < rate * 0.95)
       print(
