@@ -71,11 +71,6 @@ const share = (before: unknown, after: unknown, depth: number): unknown => {
  * stored: handlers get it as the new version even when nothing but its identity changed.
  */
 export const shareUnchanged = (cached: unknown, next: unknown): void => {
-  if (!isPlainObject(cached) || !isPlainObject(next) || cached === next) return
-  for (const key of Object.keys(next)) {
-    if (key === "__proto__" || !Object.hasOwn(cached, key)) continue
-    const value = next[key]
-    const shared = share(cached[key], value, 1)
-    if (shared !== value || typeof shared === "string") next[key] = shared
-  }
+  // share() changes `next` in place; what it returns (cached, when all is equal) is not stored.
+  if (isPlainObject(cached) && isPlainObject(next)) share(cached, next, 0)
 }
