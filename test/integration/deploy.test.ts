@@ -1187,12 +1187,7 @@ describe("deploy/: manifests, RBAC and image", () => {
     const deployment = yamlDocs("deploy/hub/deployment.yaml")[0]
     const container = deployment.spec.template.spec.containers[0]
     expect(final.user?.split(":")[0]).toBe(String(container.securityContext.runAsUser))
-    expect(final.entrypoint).toEqual([
-      "node",
-      "--max-semi-space-size=16",
-      "--enable-source-maps",
-      "dist/src/cli/main.js",
-    ])
+    expect(final.entrypoint).toEqual(["bin/run-node", "--enable-source-maps", "dist/src/cli/main.js"])
     expect(final.cmd).toEqual(container.args)
     const app = final.hostPath(final.workdir)
     expect(existsSync(join(app, "deploy/member/clusterrole.yaml")), "register reads deploy/ at runtime").toBe(
@@ -1202,8 +1197,9 @@ describe("deploy/: manifests, RBAC and image", () => {
       expect(existsSync(join(app, "node_modules", dev)), `${dev} is not in the runtime stage`).toBe(false)
     }
 
-    // The entrypoint as the image runs it (the image's `node` is this Node, checked above).
-    const entry = [process.execPath, ...final.entrypoint.slice(1)]
+    // The entrypoint as the image runs it: bin/run-node finds no node in the runtime's node_modules and
+    // runs the `node` on the PATH, the image's (this Node, checked above).
+    const entry = [join(app, final.entrypoint[0]!), ...final.entrypoint.slice(1)]
     const env = {
       ...final.env,
       PATH: `${dirname(process.execPath)}:/usr/bin:/bin`,
