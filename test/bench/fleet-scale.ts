@@ -39,7 +39,8 @@
 // heap-summary.ts), HUB_LD_PRELOAD=<library> (preloaded into the hub process only, e.g. another
 // malloc), HUB_ENV="NAME=value ..." (more environment for the hub process only), HUB_NODE_FLAGS="<flags>" (node and V8
 // flags of the hub process, e.g. --max-semi-space-size=16), HUB_NICE=<n> (the hub's scheduling priority, e.g.
-// -10, so the apiservers, etcd and this script sharing the cores do not queue it), HUB_LOG=<file> (the hub
+// -10, so the apiservers, etcd and this script sharing the cores do not queue it), HUB_OWN_CORE=1 (the hub
+// alone on the last core for the whole run, everything else on the others), HUB_LOG=<file> (the hub
 // process's stdout and stderr, its logs, appended there instead of dropped), EVENT_RT=<1..99> (the
 // SCHED_FIFO priority of +rt runs; set alone, the events run as "h2+rt"), KNOBS="<hub
 // flags>;<hub flags>" (after the rest, the same fleet under a hub with each set of flags: start,
@@ -157,6 +158,33 @@ const hubExecArgv = [
   "--expose-gc",
   ...(process.env.HUB_NODE_FLAGS ?? "").split(/\s+/).filter((f) => f !== ""),
 ]
+// HUB_OWN_CORE=1: the hub alone on the machine's last core from its start to the end, every other
+// process (API servers, etcd, this script) on the others: the hub as a pod given a CPU of its own by the
+// kubelet's static CPU manager. Its threads inherit the core from the fork (this script is on it for the
+// fork); give it what bin/run-node would on one CPU, --single-threaded-gc, in HUB_NODE_FLAGS.
+const hubOwnCore = process.env.HUB_OWN_CORE === "1"
+/** The machine's last core, counted before this script pins itself anywhere. */
+const lastCore = availableParallelism() - 1
+const pinThreads = (cores: string, pid: number) =>
+  execFileSync("taskset", ["-a", "-p", "-c", cores, String(pid)])
+/** Forks a hub process, on the last core alone under HUB_OWN_CORE. */
+const forkHub = (
+  hub: LocalCluster,
+  execArgv: ReadonlyArray<string>,
+  flags: ReadonlyArray<string>,
+  hubLog?: number,
+) => {
+  if (hubOwnCore) pinThreads(String(lastCore), process.pid)
+  try {
+    return fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, flags, {
+      execArgv: [...execArgv],
+      env: hubEnv(hub),
+      stdio: ["ignore", hubLog ?? "ignore", hubLog ?? "inherit", "ipc"],
+    })
+  } finally {
+    if (hubOwnCore) pinThreads(`0-${lastCore - 1}`, process.pid)
+  }
+}
 const memberPorts = new Set<number>()
 let hubPort = 0
 /** Per V8 space (the larger ones): in use / committed after GC. */
@@ -640,11 +668,8 @@ try {
   const hubStart = Date.now()
   // HUB_LOG: the hub's logs (stdout) and stderr kept in a file, to read what its reconcile errors were.
   const hubLog = process.env.HUB_LOG ? openSync(process.env.HUB_LOG, "a") : undefined
-  hubProc = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, hubFlags, {
-    execArgv: hubExecArgv,
-    env: hubEnv(hubCluster),
-    stdio: ["ignore", hubLog ?? "ignore", hubLog ?? "inherit", "ipc"],
-  })
+  if (hubOwnCore) for (const pid of fleetProcesses(fleet.runDir).keys()) pinThreads(`0-${lastCore - 1}`, pid)
+  hubProc = forkHub(hubCluster, hubExecArgv, hubFlags, hubLog)
   const proc = hubProc
   // HUB_NICE (e.g. -10): the hub gets the CPU before the apiservers, etcd and this script that share the
   // machine's cores, so its latencies are its own rather than the machine's queue.
@@ -813,7 +838,8 @@ try {
     const rt = parsed[3] !== undefined
     // +core: for the events only, the hub alone on the last core and every other process of the fleet
     // (API servers, etcd, this driver) on the others (taskset, every thread): the hub as a pod with a
-    // core of its own would run, at its ordinary priority.
+    // core of its own would run, at its ordinary priority. Such a pod's hub runs with --single-threaded-gc
+    // (bin/run-node sees one CPU); this one is pinned after its start, so give it in HUB_NODE_FLAGS.
     // +main: the hub's main thread alone on the last core, its other threads (V8's workers, libuv's
     // pool) with the rest: what the event loop does when neither the fleet nor its own GC workers take
     // its core, as on a node with cores to spare.
@@ -824,9 +850,7 @@ try {
     // driver) in one group with the rest of the machine's cores requested, a node whose other pods
     // request all it has left. All at ordinary priority, on all cores: only the weights differ.
     const podMillicores = parsed[4]?.startsWith("+pod") ? Number(parsed[5] ?? 1000) : undefined
-    const lastCore = availableParallelism() - 1
-    const pin = (cores: string, pid: number) =>
-      execFileSync("taskset", ["-a", "-p", "-c", cores, String(pid)])
+    const pin = pinThreads
     const pinned = ownCore
       ? `hub alone on core ${lastCore}`
       : mainCore
@@ -910,7 +934,13 @@ try {
     await sleep(2_000)
     const lat = await ask<any>(proc, { cmd: "latency-stop" })
     if (rt) chrt(["-a", "-o", "-p", "0"])
-    if (ownCore || mainCore) for (const pid of pids.keys()) pin(`0-${lastCore}`, pid)
+    // Back where the run keeps them: the hub alone on the last core under HUB_OWN_CORE, else all anywhere.
+    if (ownCore || mainCore)
+      for (const [pid, role] of pids)
+        pin(
+          !hubOwnCore ? `0-${lastCore}` : role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`,
+          pid,
+        )
     if (pods) pods.remove(pids.keys())
     const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
     const evThreads1 = await ask<any>(proc, { cmd: "threads" })
@@ -1047,10 +1077,19 @@ try {
         jobsSeen++
         active++
         peakActive = Math.max(peakActive, active)
-        const t = setTimeout(() => {
-          timers.delete(t)
+        // A Job controller retries a status write the API server failed (a 504 under the wave's load);
+        // one given up would leave its check running, and the wave unfinished, for the bench's fault.
+        const complete = (attempt: number) => {
           const now = new Date().toISOString().replace(/\.\d{3}Z$/, "Z")
           const started = new Date(Date.now() - jobHoldMs).toISOString().replace(/\.\d{3}Z$/, "Z")
+          const retry = (why: string) => {
+            log(`completing ${key}: ${why}; again in 1 s (attempt ${attempt})`)
+            const again = setTimeout(() => {
+              timers.delete(again)
+              complete(attempt + 1)
+            }, 1_000)
+            timers.add(again)
+          }
           call(
             c,
             "PATCH",
@@ -1077,12 +1116,18 @@ try {
               },
             },
             "application/merge-patch+json",
+          ).then(
+            (r) => {
+              if (r.status < 300 || r.status === 404) active--
+              if (r.status === 404) log(`completing ${key}: 404, the Job is gone`)
+              else if (r.status >= 300) retry(`${r.status} ${r.text.slice(0, 300)}`)
+            },
+            (e) => retry(String(e)),
           )
-            .then((r) => {
-              if (r.status >= 300) log(`completing ${key}: ${r.status} ${r.text.slice(0, 300)}`)
-            })
-            .catch((e) => log(`completing ${key}: ${e}`))
-            .finally(() => active--)
+        }
+        const t = setTimeout(() => {
+          timers.delete(t)
+          complete(1)
         }, jobHoldMs)
         timers.add(t)
       }),
@@ -1252,11 +1297,7 @@ try {
     await sleep(2_000)
     log(`knob ${knob.trim()}: starting its hub`)
     const started = Date.now()
-    const kp = fork(new URL("./scale-hub-process.ts", import.meta.url).pathname, flags, {
-      execArgv: [...hubExecArgv, ...nodeFlags],
-      env: hubEnv(hubCluster),
-      stdio: ["ignore", hubLog ?? "ignore", hubLog ?? "inherit", "ipc"],
-    })
+    const kp = forkHub(hubCluster, [...hubExecArgv, ...nodeFlags], flags, hubLog)
     hubProc = kp
     if (process.env.HUB_NICE && kp.pid !== undefined) setPriority(kp.pid, Number(process.env.HUB_NICE))
     const kport = await servingPort(kp)
@@ -1289,7 +1330,7 @@ try {
     printIdleWindow(`  knob ${knob.trim()}: converged CPU`, kw)
   }
   print(
-    `(hub in its own process, --expose-gc; figures after forced GC; bench total ${((Date.now() - t0) / 1000).toFixed(0)} s)`,
+    `(hub in its own process, ${hubExecArgv.join(" ")}${hubOwnCore ? `, alone on core ${lastCore} from its start` : ""}; figures after forced GC; bench total ${((Date.now() - t0) / 1000).toFixed(0)} s)`,
   )
 } catch (e) {
   // Said before the teardown: once the fleet is stopping, the process can end with nothing left to run.
