@@ -167,6 +167,11 @@ const hubOwnCore = process.env.HUB_OWN_CORE === "1"
 const lastCore = availableParallelism() - 1
 const pinThreads = (cores: string, pid: number) =>
   execFileSync("taskset", ["-a", "-p", "-c", cores, String(pid)])
+/** The hub process alone on the last core, every other process of `pids` on the others. */
+const pinHubAlone = (pids: ReadonlyMap<number, string>) => {
+  for (const [pid, role] of pids)
+    pinThreads(role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`, pid)
+}
 /** Forks a hub process, on the last core alone under HUB_OWN_CORE. */
 const forkHub = (
   hub: LocalCluster,
@@ -850,7 +855,6 @@ try {
     // driver) in one group with the rest of the machine's cores requested, a node whose other pods
     // request all it has left. All at ordinary priority, on all cores: only the weights differ.
     const podMillicores = parsed[4]?.startsWith("+pod") ? Number(parsed[5] ?? 1000) : undefined
-    const pin = pinThreads
     const pinned = ownCore
       ? `hub alone on core ${lastCore}`
       : mainCore
@@ -897,16 +901,14 @@ try {
     )
     const cpuWatch = watchCpu(pids)
     if (rt) chrt(["-a", "-f", "-p", rtPriority])
-    if (ownCore)
-      for (const [pid, role] of pids)
-        pin(role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`, pid)
+    if (ownCore) pinHubAlone(pids)
     const pods =
       podMillicores === undefined
         ? undefined
         : cpuGroups({ hub: podMillicores, node: (lastCore + 1) * 1000 - podMillicores })
     if (pods) for (const [pid, role] of pids) pods.move(pid, role === "hub process" ? "hub" : "node")
     if (mainCore) {
-      for (const pid of pids.keys()) pin(`0-${lastCore - 1}`, pid)
+      for (const pid of pids.keys()) pinThreads(`0-${lastCore - 1}`, pid)
       // Without -a, taskset sets the one thread whose id it is given: the process id is its main thread.
       execFileSync("taskset", ["-p", "-c", String(lastCore), String(proc.pid)])
     }
@@ -935,12 +937,10 @@ try {
     const lat = await ask<any>(proc, { cmd: "latency-stop" })
     if (rt) chrt(["-a", "-o", "-p", "0"])
     // Back where the run keeps them: the hub alone on the last core under HUB_OWN_CORE, else all anywhere.
-    if (ownCore || mainCore)
-      for (const [pid, role] of pids)
-        pin(
-          !hubOwnCore ? `0-${lastCore}` : role === "hub process" ? String(lastCore) : `0-${lastCore - 1}`,
-          pid,
-        )
+    if (ownCore || mainCore) {
+      if (hubOwnCore) pinHubAlone(pids)
+      else for (const pid of pids.keys()) pinThreads(`0-${lastCore}`, pid)
+    }
     if (pods) pods.remove(pids.keys())
     const evCpu1 = await ask<any>(proc, { cmd: "cpu" })
     const evThreads1 = await ask<any>(proc, { cmd: "threads" })
@@ -1118,9 +1118,9 @@ try {
             "application/merge-patch+json",
           ).then(
             (r) => {
-              if (r.status < 300 || r.status === 404) active--
+              if (r.status >= 300 && r.status !== 404) return retry(`${r.status} ${r.text.slice(0, 300)}`)
               if (r.status === 404) log(`completing ${key}: 404, the Job is gone`)
-              else if (r.status >= 300) retry(`${r.status} ${r.text.slice(0, 300)}`)
+              active--
             },
             (e) => retry(String(e)),
           )

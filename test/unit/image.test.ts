@@ -10,9 +10,12 @@ const runNode = fileURLToPath(new URL("../../bin/run-node", import.meta.url))
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))
 
 /** The node flags and version bin/run-node starts node with, run under `prefix` (e.g. taskset). */
-const started = (prefix: ReadonlyArray<string> = []) => {
+const started = (prefix: ReadonlyArray<string> = [], env: NodeJS.ProcessEnv = process.env) => {
   const [cmd, ...args] = [...prefix, runNode, "-p", "JSON.stringify([process.execArgv, process.version])"]
-  const [execArgv, version] = JSON.parse(execFileSync(cmd!, args, { encoding: "utf8" })) as [string[], string]
+  const [execArgv, version] = JSON.parse(execFileSync(cmd!, args, { encoding: "utf8", env })) as [
+    string[],
+    string,
+  ]
   return { flags: execArgv.filter((a) => a.startsWith("--")), version }
 }
 
@@ -38,11 +41,7 @@ describe("bin/run-node", () => {
 
   it("counts the CPUs it may run on, not what OMP_NUM_THREADS says", () => {
     if (availableParallelism() < 2) return
-    const flags = execFileSync(runNode, ["-p", "process.execArgv.join(' ')"], {
-      encoding: "utf8",
-      env: { ...process.env, OMP_NUM_THREADS: "1" },
-    })
-    expect(flags).not.toContain("--single-threaded-gc")
+    expect(started([], { ...process.env, OMP_NUM_THREADS: "1" }).flags).not.toContain("--single-threaded-gc")
   })
 })
 
