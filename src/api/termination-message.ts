@@ -16,10 +16,33 @@ export const CountsSchema = z
   .record(z.string().regex(countNamePattern).max(63), z.int().min(0).max(Number.MAX_SAFE_INTEGER))
   .refine((counts) => Object.keys(counts).length <= maxCounts, { message: `at most ${maxCounts} counts` })
 
+/**
+ * Why a restore failed, when the tool knows better than its exit code (SPEC §12). The restore agent
+ * writes one on every failure; a custom Job may too. Only failure reasons: a Job that failed cannot
+ * claim success, and one that succeeded keeps RestoreSucceeded whatever it wrote.
+ */
+export const agentFailureReasons = [
+  "RepositoryUnreachable",
+  "RepositoryAuthFailed",
+  "SnapshotNotFound",
+  "DataCorrupted",
+  "AssertionFailed",
+  "RestoreToolFailed",
+  "RecoveryPointNotFound",
+] as const
+export type AgentFailureReason = (typeof agentFailureReasons)[number]
+
+export const RecoveryPointSchema = z.strictObject({
+  id: z.string().min(1).max(253),
+  time: TimestampSchema,
+})
+
 export const StructuredMessageSchema = z.strictObject({
   message: z.string().max(maxTerminationMessageBytes).optional(),
   dataTimestamp: TimestampSchema.optional(),
   counts: CountsSchema.optional(),
+  reason: z.enum(agentFailureReasons).optional(),
+  recoveryPoint: RecoveryPointSchema.optional(),
 })
 
 export interface TerminationReport {
@@ -28,7 +51,13 @@ export interface TerminationReport {
   /** Newest record in the restored data, as the tool reported it (RFC 3339, normalised to UTC). */
   readonly dataTimestamp?: string | undefined
   readonly counts?: Readonly<Record<string, number>> | undefined
+  /** A failure reason from agentFailureReasons. */
+  readonly reason?: AgentFailureReason | undefined
+  /** The backup the tool chose to restore (spec.recoveryPoint). */
+  readonly recoveryPoint?: { readonly id: string; readonly time: string } | undefined
 }
+
+const utc = (t: string) => new Date(t).toISOString().replace(/\.000Z$/, "Z")
 
 /**
  * Reads a termination message. A JSON object of exactly the structured shape yields its fields;
@@ -48,12 +77,14 @@ export const parseTerminationMessage = (text: string | undefined): TerminationRe
   }
   const parsed = StructuredMessageSchema.safeParse(json)
   if (!parsed.success) return { message: raw }
-  const { message, dataTimestamp, counts } = parsed.data
+  const { message, dataTimestamp, counts, reason, recoveryPoint } = parsed.data
   return {
-    message: message ?? "",
-    ...(dataTimestamp !== undefined
-      ? { dataTimestamp: new Date(dataTimestamp).toISOString().replace(/\.000Z$/, "Z") }
+    ...(reason !== undefined ? { reason } : {}),
+    ...(recoveryPoint !== undefined
+      ? { recoveryPoint: { id: recoveryPoint.id, time: utc(recoveryPoint.time) } }
       : {}),
+    message: message ?? "",
+    ...(dataTimestamp !== undefined ? { dataTimestamp: utc(dataTimestamp) } : {}),
     ...(counts !== undefined && Object.keys(counts).length > 0 ? { counts } : {}),
   }
 }
