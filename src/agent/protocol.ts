@@ -95,9 +95,13 @@ export const terminationMessage = (outcome: Outcome): string => {
       }
     : { reason: outcome.reason, ...(outcome.recoveryPoint ? { recoveryPoint: outcome.recoveryPoint } : {}) }
   const message = outcome.ok ? outcome.report.message : outcome.message
-  const room =
-    maxTerminationMessageBytes - Buffer.byteLength(JSON.stringify({ ...base, message: "" }), "utf8") - 16
-  return JSON.stringify({ message: fit(message, Math.max(64, room)), ...base })
+  // JSON escapes can make a message longer than its bytes: cut until the whole object fits.
+  let room = maxTerminationMessageBytes
+  for (;;) {
+    const text = JSON.stringify({ message: fit(message, room), ...base })
+    if (Buffer.byteLength(text, "utf8") <= maxTerminationMessageBytes || room <= 16) return text
+    room = Math.floor(room * 0.8)
+  }
 }
 
 export const writeTerminationMessage = (path: string, outcome: Outcome): void => {

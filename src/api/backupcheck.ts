@@ -1,6 +1,7 @@
 import * as z from "zod"
 import { ConditionsSchema, TimestampSchema } from "./condition.ts"
 import { apiVersion, backupCheckKind } from "./names.ts"
+import { RecoveryPointSpecSchema, RestoreMethodSchema } from "./restore.ts"
 import {
   checkTimeZone,
   cronPattern,
@@ -307,7 +308,9 @@ export type SandboxSpec = z.output<typeof SandboxSchema>
 export const BackupCheckSpecSchema = z
   .strictObject({
     backup: BackupRefSchema,
-    jobTemplate: JobTemplateSchema,
+    jobTemplate: JobTemplateSchema.optional(),
+    restore: RestoreMethodSchema.optional(),
+    recoveryPoint: RecoveryPointSpecSchema.optional(),
     validation: ValidationSchema.optional(),
     sandbox: SandboxSchema.optional(),
     schedule: z
@@ -396,6 +399,13 @@ export const BackupCheckSpecSchema = z
       .describe("How many finished failed restore Jobs to keep."),
   })
   .superRefine((spec, ctx) => {
+    if ((spec.jobTemplate === undefined) === (spec.restore === undefined)) {
+      ctx.addIssue({
+        code: "custom",
+        path: spec.jobTemplate === undefined ? ["restore"] : ["jobTemplate"],
+        message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
+      })
+    }
     if (spec.timeZone !== undefined && spec.schedule === undefined) {
       ctx.addIssue({ code: "custom", path: ["timeZone"], message: "timeZone requires schedule" })
     }
@@ -408,6 +418,10 @@ export const BackupCheckSpecSchema = z
   })
   .meta({
     "x-kubernetes-validations": [
+      {
+        rule: "has(self.jobTemplate) != has(self.restore)",
+        message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
+      },
       {
         rule: "!has(self.timeZone) || has(self.schedule)",
         message: "timeZone requires schedule",

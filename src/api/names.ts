@@ -46,6 +46,8 @@ export const labelBackupCheck = "fleetcheck.io/backupcheck"
 export const labelRun = "fleetcheck.io/run"
 /** On validation Jobs only: `validation` (a Job without it is its run's restore Job). */
 export const labelPhase = "fleetcheck.io/phase"
+/** On the pods of built-in restore methods (spec.restore): the restore agent runs in them (SPEC §12). */
+export const labelAgent = "fleetcheck.io/agent"
 /**
  * Sandbox per run (spec.sandbox, ADR 0009): on the run's namespace and on every object the hub puts in
  * it, `fleetcheck.io/sandbox: "true"`, with fleetcheck.io/backupcheck and fleetcheck.io/run as on Jobs.

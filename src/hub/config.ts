@@ -209,6 +209,12 @@ export const hubSettings = {
     "30s",
     "backstop poll of a running restore Job, in case a Job event is missed",
   ),
+  agentImage: setting(
+    "agent-image",
+    z.string().min(1).max(1024),
+    "fleetcheck:0.1.0",
+    "the image of the restore agent for checks with spec.restore (restic, postgres, etcd): the hub's own image, which has the restore tools",
+  ),
   sandboxCleanupTimeoutMs: setting(
     "sandbox-cleanup-timeout",
     duration("10s", "24h"),

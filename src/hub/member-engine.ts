@@ -55,6 +55,8 @@ export interface MemberEngineOptions {
   readonly globalLimit: GlobalLimit | undefined
   /** Backstop poll while a restore Job runs. */
   readonly runningPollMs: number
+  /** The restore agent's image, for checks with spec.restore (config.ts). */
+  readonly agentImage: string
   /** How long a deleted check's finalizer waits for its sandboxes (config.ts). */
   readonly sandboxCleanupTimeoutMs: number
   /** Age at which an unrecorded sandbox without an active Job is an orphan (config.ts). */
@@ -245,6 +247,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     jobs: jobs.store,
     namespaces: namespaces?.store,
     runningPollMs: options.runningPollMs,
+    agentImage: options.agentImage,
     sandboxCleanupTimeoutMs: options.sandboxCleanupTimeoutMs,
     sandboxOrphanGraceMs: options.sandboxOrphanGraceMs,
     onRunSkipped: options.onRunSkipped,

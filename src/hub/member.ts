@@ -47,6 +47,7 @@ export type MemberSettings = Pick<
   | "statusIntervalMs"
   | "statusRefreshMs"
   | "runningPollMs"
+  | "agentImage"
   | "sandboxCleanupTimeoutMs"
   | "sandboxOrphanGraceMs"
   | "resyncPeriodMs"
@@ -559,6 +560,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     workers: timings.workersPerMember,
     globalLimit: deps.globalLimit,
     runningPollMs: timings.runningPollMs,
+    agentImage: timings.agentImage,
     sandboxCleanupTimeoutMs: timings.sandboxCleanupTimeoutMs,
     sandboxOrphanGraceMs: timings.sandboxOrphanGraceMs,
     resyncMs: timings.resyncPeriodMs,

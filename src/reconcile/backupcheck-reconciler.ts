@@ -109,6 +109,8 @@ export interface BackupCheckReconcilerOptions {
   readonly sandboxOrphanGraceMs: number
   /** Backstop poll while a Job runs, in case a Job event is missed (the hub's configuration has the default). */
   readonly runningPollMs: number
+  /** The restore agent's image, for checks with spec.restore. */
+  readonly agentImage: string
   /**
    * A scheduled slot was skipped under concurrencyPolicy Forbid (also recorded as an Event on the
    * check). Called once per slot per hub process, and not when another hub recorded it first.
@@ -1246,6 +1248,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           const rendered = renderRestoreJob({
             cluster,
             check: { ...check, spec },
+            agentImage: options.agentImage,
             jobName,
             runID,
             timeoutSeconds: validation?.timeoutSeconds ?? timeoutSeconds,

@@ -6,6 +6,7 @@
 import type { V1Container, V1EnvVar, V1Job, V1JobSpec } from "@kubernetes/client-node"
 import type { BackupCheck, BackupCheckSpecInput } from "../api/backupcheck.ts"
 import { annotationTraceparent, labelBackupCheck, labelPhase, labelRun } from "../api/names.ts"
+import { agentJobTemplate } from "./agent-job.ts"
 import { labelValueFor } from "./run-identity.ts"
 
 /** On every restore Job: specHashFor(spec) of the spec it was rendered from, the spec its verdict is about. */
@@ -16,8 +17,10 @@ export interface RestoreJobInput {
   /** The check (only what the Job needs); a parsed check fits, and so does one as written. */
   readonly check: Pick<BackupCheck, "apiVersion" | "kind"> & {
     readonly metadata: Pick<BackupCheck["metadata"], "name" | "namespace" | "uid">
-    readonly spec: Pick<BackupCheckSpecInput, "backup" | "jobTemplate">
+    readonly spec: Pick<BackupCheckSpecInput, "backup" | "jobTemplate" | "restore" | "recoveryPoint">
   }
+  /** The image of the restore agent, for a check with spec.restore (hub setting agent-image). */
+  readonly agentImage?: string | undefined
   readonly jobName: string
   readonly runID: string
   readonly timeoutSeconds: number
@@ -29,7 +32,10 @@ export interface RestoreJobInput {
    * fleetcheck.io/phase=validation, with the restore's outputs added to the contract env.
    */
   readonly validation?:
-    | { readonly jobTemplate: BackupCheckSpecInput["jobTemplate"]; readonly env: ReadonlyArray<V1EnvVar> }
+    | {
+        readonly jobTemplate: NonNullable<BackupCheckSpecInput["jobTemplate"]>
+        readonly env: ReadonlyArray<V1EnvVar>
+      }
     | undefined
   /**
    * The run's sandbox (spec.sandbox): the Job goes there, labelled and annotated to its check instead
@@ -54,9 +60,25 @@ const withEnv = (container: V1Container, injected: ReadonlyArray<V1EnvVar>): V1C
   }
 }
 
+/** spec.jobTemplate, or the restore agent's Job for spec.restore (one of them is set: the schema says so). */
+const restoreTemplate = (input: RestoreJobInput): NonNullable<BackupCheckSpecInput["jobTemplate"]> => {
+  const { check } = input
+  if (check.spec.jobTemplate !== undefined) return check.spec.jobTemplate
+  if (check.spec.restore === undefined || input.agentImage === undefined)
+    throw new Error("a BackupCheck with spec.restore needs the hub's agent image")
+  return agentJobTemplate({
+    image: input.agentImage,
+    restore: check.spec.restore as Parameters<typeof agentJobTemplate>[0]["restore"],
+    recoveryPoint: check.spec.recoveryPoint as Parameters<typeof agentJobTemplate>[0]["recoveryPoint"],
+    runID: input.runID,
+    cluster: input.cluster,
+    check: { namespace: check.metadata.namespace, name: check.metadata.name },
+  })
+}
+
 export const renderRestoreJob = (input: RestoreJobInput): V1Job => {
   const { check, cluster, jobName, runID } = input
-  const template = input.validation?.jobTemplate ?? check.spec.jobTemplate
+  const template = input.validation?.jobTemplate ?? restoreTemplate(input)
   const { ttlSecondsAfterFinished: _lifetimeIsTheHubs, ...jobSpec }: V1JobSpec = structuredClone(
     template.spec,
   )

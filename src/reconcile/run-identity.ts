@@ -89,7 +89,8 @@ const canonicalJSON = (value: unknown): string => {
 }
 
 /**
- * The restore spec a run verifies: spec.backup, spec.jobTemplate, spec.timeout and spec.validation
+ * The restore spec a run verifies: spec.backup, spec.jobTemplate or spec.restore and spec.recoveryPoint,
+ * spec.timeout and spec.validation
  * (16 hex digits of sha256 over their canonical JSON; an absent validation hashes as before it existed). Scheduling fields (schedule, timeZone, suspend, maxStaleness,
  * history limits, concurrencyPolicy) are left out: editing them does not change what a verdict says.
  * Takes the parsed spec, so a default the API server filled in and the same default left implicit
@@ -97,7 +98,9 @@ const canonicalJSON = (value: unknown): string => {
  */
 export const specHashFor = (spec: {
   readonly backup: unknown
-  readonly jobTemplate: unknown
+  readonly jobTemplate?: unknown
+  readonly restore?: unknown
+  readonly recoveryPoint?: unknown
   readonly timeout: string
   readonly validation?: unknown
 }): string =>
@@ -106,6 +109,8 @@ export const specHashFor = (spec: {
       canonicalJSON({
         backup: spec.backup,
         jobTemplate: spec.jobTemplate,
+        restore: spec.restore,
+        recoveryPoint: spec.recoveryPoint,
         timeout: spec.timeout,
         validation: spec.validation,
       }),

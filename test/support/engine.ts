@@ -33,6 +33,7 @@ export const engineOptions = (
   workers: defaultHubConfig.workersPerMember,
   globalLimit: undefined,
   runningPollMs: defaultHubConfig.runningPollMs,
+  agentImage: defaultHubConfig.agentImage,
   sandboxCleanupTimeoutMs: defaultHubConfig.sandboxCleanupTimeoutMs,
   sandboxOrphanGraceMs: defaultHubConfig.sandboxOrphanGraceMs,
   resyncMs: defaultHubConfig.resyncPeriodMs,

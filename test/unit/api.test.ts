@@ -62,7 +62,7 @@ describe("parseBackupCheck: valid objects", () => {
     assert.isTrue(result.success)
     if (!result.success) return
     assert.strictEqual(result.data.spec.backup.name, "orders-2026-11-29")
-    const container = result.data.spec.jobTemplate.spec.template.spec.containers[0] as Mutable
+    const container = result.data.spec.jobTemplate?.spec.template.spec.containers[0] as Mutable
     assert.deepStrictEqual(container.args, ["--verify"])
   })
 
@@ -83,7 +83,7 @@ describe("parseBackupCheck: valid objects", () => {
     assert.strictEqual(spec.suspend, false)
     assert.strictEqual(spec.successfulRunsHistoryLimit, 3)
     assert.strictEqual(spec.failedRunsHistoryLimit, 1)
-    assert.strictEqual(spec.jobTemplate.spec.template.spec.restartPolicy, "Never")
+    assert.strictEqual(spec.jobTemplate?.spec.template.spec.restartPolicy, "Never")
     assert.isUndefined(spec.schedule)
   })
 
@@ -149,10 +149,10 @@ describe("parseBackupCheck: valid objects", () => {
 })
 
 describe("parseBackupCheck: invalid objects", () => {
-  it("rejects a missing jobTemplate", () => {
+  it("rejects a spec with neither jobTemplate nor restore", () => {
     expectInvalid(
       withSpec((s) => delete s.jobTemplate),
-      /spec\.jobTemplate: required/,
+      /spec\.restore: exactly one of jobTemplate \(a custom restore Job\) and restore/,
     )
   })
 

@@ -110,6 +110,7 @@ const reconcilerFor = (
   const skipped: string[] = []
   const reconcile = makeBackupCheckReconciler({
     cluster: "member",
+    agentImage: "fleetcheck:test",
     client: api.client,
     checks: storeOf([check]),
     // The cache holds what the member engine's Job informer keeps of each Job.
@@ -197,6 +198,7 @@ describe("BackupCheck reconciler", () => {
     const api = scriptedClient((req) => (req.method === "PATCH" ? at(writtenVersion()) : {}))
     const reconcile = makeBackupCheckReconciler({
       cluster: "member",
+      agentImage: "fleetcheck:test",
       client: api.client,
       checks,
       jobs: storeOf([jobFor("g1", "Complete", "2026-11-29T09:00:00Z")], ownerIndex),

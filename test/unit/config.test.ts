@@ -77,6 +77,7 @@ describe("hub configuration", () => {
       "status-refresh-interval": "2m",
       "drain-grace": "10s",
       "running-poll": "15s",
+      "agent-image": "registry.example/fleetcheck:1.2.3",
       "sandbox-cleanup-timeout": "5m",
       "sandbox-orphan-grace": "30s",
       "resync-period": "1h",

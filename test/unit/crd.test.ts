@@ -256,6 +256,13 @@ describe("CRD schemas are structural", () => {
       ".spec.failedRunsHistoryLimit": 1,
       ".spec.historyLimit": 31,
       ".spec.jobTemplate.spec.template.spec.restartPolicy": "Never",
+      ".spec.recoveryPoint.policy": "Latest",
+      ".spec.restore.etcd.expectKeys": [],
+      ".spec.restore.etcd.expectKeys[*].min": 1,
+      ".spec.restore.postgres.assertions": [],
+      ".spec.restore.postgres.database": "postgres",
+      ".spec.restore.restic.snapshot": "latest",
+      ".spec.restore.restic.verify": {},
       ".spec.sandbox.egress": [],
       ".spec.sandbox.egress[*].ports[*].protocol": "TCP",
       ".spec.sandbox.validationWindow": "0s",
@@ -275,7 +282,8 @@ describe("CRD schemas are structural", () => {
     const spec = schemaOf(backupCheckCrd()).properties as Record<string, JSONSchemaProps>
     assert.deepStrictEqual(schemaOf(backupCheckCrd()).required, ["spec"])
     const s = spec.spec!
-    assert.deepStrictEqual(s.required, ["backup", "jobTemplate"])
+    // jobTemplate or restore, exactly one: a CEL rule, not a required field
+    assert.deepStrictEqual(s.required, ["backup"])
     const props = s.properties as Record<string, JSONSchemaProps>
     assert.deepStrictEqual(
       (props.jobTemplate!.properties as Record<string, JSONSchemaProps>).metadata!.properties,
@@ -297,6 +305,10 @@ describe("CRD schemas are structural", () => {
       "^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[0-9a-f]{32})$",
     )
     assert.deepStrictEqual(s["x-kubernetes-validations"], [
+      {
+        rule: "has(self.jobTemplate) != has(self.restore)",
+        message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
+      },
       {
         rule: "!has(self.timeZone) || has(self.schedule)",
         message: "timeZone requires schedule",

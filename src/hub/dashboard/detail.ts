@@ -173,7 +173,7 @@ export const renderCheckPage = (
 ): string => {
   const spec = object.spec
   const run = object.status?.lastRun
-  const containers = spec.jobTemplate.spec.template.spec.containers
+  const containers = spec.jobTemplate?.spec.template.spec.containers ?? []
   const body = html`${back}
 <h1><span class="full">${check.namespace}/${check.name}</span></h1>
 <p class="summary">in cluster <a href="${clusterHref(cluster.name)}">${cluster.name}</a></p>
