@@ -14,7 +14,17 @@ import {
   shortestIntervalMs,
   timeZonePattern,
 } from "./syntax.ts"
-import { countNamePattern, maxCounts } from "./termination-message.ts"
+import {
+  type AgentFailureReason,
+  countNamePattern,
+  maxCounts,
+  RecoveryPointSchema,
+} from "./termination-message.ts"
+
+/** The backup a run restored, as the restore tool chose it (spec.recoveryPoint). */
+const RecoveryPointRecordSchema = RecoveryPointSchema.describe(
+  "The recovery point the run restored (spec.recoveryPoint): the backup's id and when it was taken.",
+)
 
 // BackupCheck (fleetcheck.io/v1alpha1, namespaced, in member clusters). These schemas are the one
 // source of truth: the hub validates with them and src/api/crd.ts generates the CRD from them.
@@ -58,7 +68,16 @@ export const conditionReasons = {
   ValidationFailed: "ValidationFailed",
   /** The validation Job did not finish within what was left of spec.timeout. */
   ValidationTimedOut: "ValidationTimedOut",
-} as const
+  // The restore agent's reasons (spec.restore; a custom Job may write them too), from its termination
+  // message: agentFailureReasons in termination-message.ts.
+  RepositoryUnreachable: "RepositoryUnreachable",
+  RepositoryAuthFailed: "RepositoryAuthFailed",
+  SnapshotNotFound: "SnapshotNotFound",
+  DataCorrupted: "DataCorrupted",
+  AssertionFailed: "AssertionFailed",
+  RestoreToolFailed: "RestoreToolFailed",
+  RecoveryPointNotFound: "RecoveryPointNotFound",
+} as const satisfies Record<AgentFailureReason, string> & Record<string, string>
 export type ConditionReason = (typeof conditionReasons)[keyof typeof conditionReasons]
 
 /** Reasons of the Events the reconciler records on a BackupCheck. */
@@ -478,6 +497,7 @@ export const PhaseSchema = z
       .meta({ maxProperties: maxCounts })
       .optional()
       .describe("Counts the phase reported (name → integer), e.g. rows per table."),
+    recoveryPoint: RecoveryPointRecordSchema.optional(),
   })
   .describe("One phase of a run and its verdict.")
 export type Phase = z.output<typeof PhaseSchema>
@@ -521,6 +541,7 @@ export const LastRunSchema = z
       .max(phaseNames.length)
       .optional()
       .describe("Each phase's verdict: restore, then validation when the spec has one."),
+    recoveryPoint: RecoveryPointRecordSchema.optional(),
     sandbox: SandboxStatusSchema.optional(),
     traceID: z
       .string()

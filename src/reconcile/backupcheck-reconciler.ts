@@ -49,6 +49,7 @@ import {
 } from "../api/condition.ts"
 import { finalizerName, labelBackupCheckUid, labelSandbox, reportingController } from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
+import { agentFailureReasons } from "../api/termination-message.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
 import type { StoreView } from "../engine/informer/store.ts"
 import { isAlreadyExists, isConflict, isNotFound, KubeApiError, type KubeClient } from "../kube/client.ts"
@@ -158,6 +159,7 @@ const verdictReasons: ReadonlySet<string> = new Set<ConditionReason>([
   conditionReasons.RestoreJobMissing,
   conditionReasons.RunSuperseded,
   conditionReasons.VerificationStale,
+  ...agentFailureReasons,
 ])
 const isVerdict = (c: Condition | undefined): c is Condition =>
   c !== undefined && verdictReasons.has(c.reason)
@@ -221,6 +223,7 @@ interface Verdict {
   /** From the Job's structured termination message. */
   readonly dataTimestamp?: string | undefined
   readonly counts?: Readonly<Record<string, number>> | undefined
+  readonly recoveryPoint?: { readonly id: string; readonly time: string } | undefined
   /** The run's phases when it had more than its restore (a validation); else the restore's alone. */
   readonly phases?: ReadonlyArray<Phase> | undefined
 }
@@ -240,6 +243,7 @@ const phaseRecord = (
   ...(verdict ? { message: boundMessage(verdict.message, maxPhaseMessageLength) } : {}),
   ...(verdict?.dataTimestamp !== undefined ? { dataTimestamp: verdict.dataTimestamp } : {}),
   ...(verdict?.counts !== undefined ? { counts: { ...verdict.counts } } : {}),
+  ...(verdict?.recoveryPoint !== undefined ? { recoveryPoint: { ...verdict.recoveryPoint } } : {}),
 })
 
 /** A recorded phase read back as the verdict it was (the restore of a run whose validation runs). */
@@ -253,6 +257,7 @@ const verdictOfPhase = (phase: Phase): Verdict | undefined =>
         completionTime: phase.completionTime,
         ...(phase.dataTimestamp !== undefined ? { dataTimestamp: phase.dataTimestamp } : {}),
         ...(phase.counts !== undefined ? { counts: phase.counts } : {}),
+        ...(phase.recoveryPoint !== undefined ? { recoveryPoint: phase.recoveryPoint } : {}),
       }
 
 /**
@@ -668,13 +673,17 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        */
       const recordVerdict = (run: LastRun, verdict: Verdict) => {
         const completionTime = verdict.completionTime ?? toKubeTime(now)
+        const phases = verdict.phases
+          ? [...verdict.phases]
+          : [phaseRecord("restore", run.startTime, verdict, completionTime)]
+        // The restore phase's recovery point is the run's: what a reader of lastRun wants to see first.
+        const recoveryPoint = phases.find((p) => p.name === "restore")?.recoveryPoint
         const finished: LastRun = {
           ...run,
           result: verdict.phase,
           completionTime,
-          phases: verdict.phases
-            ? [...verdict.phases]
-            : [phaseRecord("restore", run.startTime, verdict, completionTime)],
+          phases,
+          ...(recoveryPoint !== undefined ? { recoveryPoint } : {}),
         }
         setLastRun(finished)
         next = { ...next, history: withRun(next.history, finished, spec.historyLimit) }

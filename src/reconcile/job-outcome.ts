@@ -21,6 +21,8 @@ export type JobOutcome =
       readonly dataTimestamp?: string | undefined
       /** From a structured termination message: counts the tool reported. */
       readonly counts?: Readonly<Record<string, number>> | undefined
+      /** From a structured termination message: the backup the tool chose to restore. */
+      readonly recoveryPoint?: { readonly id: string; readonly time: string } | undefined
     }
 
 export const boundMessage = (message: string, maxBytes = maxMessageBytes): string => {
@@ -111,6 +113,7 @@ const restoreOutcome = (job: CachedJob, pods: ReadonlyArray<V1Pod>, ctx: Outcome
   const facts = {
     ...(report.dataTimestamp !== undefined ? { dataTimestamp: report.dataTimestamp } : {}),
     ...(report.counts !== undefined ? { counts: report.counts } : {}),
+    ...(report.recoveryPoint !== undefined ? { recoveryPoint: report.recoveryPoint } : {}),
   }
   const completionTime =
     job.status?.completionTime?.toString() ??
@@ -166,6 +169,16 @@ const restoreOutcome = (job: CachedJob, pods: ReadonlyArray<V1Pod>, ctx: Outcome
       phase: "Failed",
       reason: "ChecksumMismatch",
       message: boundMessage(detail || `${ctx.backupName} restored but its checksum did not match`),
+      completionTime,
+      ...facts,
+    }
+  }
+  if (report.reason !== undefined && noun === "restore") {
+    // The restore agent (or a custom tool) named why: RepositoryAuthFailed says more than exit code 1.
+    return {
+      phase: "Failed",
+      reason: report.reason,
+      message: withDetail(`${noun} of ${ctx.backupName} failed`),
       completionTime,
       ...facts,
     }

@@ -248,6 +248,35 @@ describe("jobOutcome", () => {
     ).toMatchObject({ message: "orders-2026-11-29 restored and verified in 41s", counts: { rows: 3 } })
   })
 
+  it("takes the agent's failure reason and recovery point; a succeeded Job cannot be failed by one", () => {
+    const failedMessage = JSON.stringify({
+      message: "restic: wrong password or no key found",
+      reason: "RepositoryAuthFailed",
+      recoveryPoint: { id: "4f1c2a9e", time: "2026-11-29T02:00:00Z" },
+    })
+    expect(
+      jobOutcome(
+        finishedJob("Failed", "BackoffLimitExceeded"),
+        [podWith(1, { message: failedMessage })],
+        ctx,
+      ),
+    ).toMatchObject({
+      phase: "Failed",
+      reason: "RepositoryAuthFailed",
+      message: "restore of orders-2026-11-29 failed: restic: wrong password or no key found",
+      recoveryPoint: { id: "4f1c2a9e", time: "2026-11-29T02:00:00Z" },
+    })
+    // A reason outside the list is not a structured message at all: plain text, RestoreFailed.
+    const unknown = JSON.stringify({ message: "x", reason: "RestoreSucceeded" })
+    expect(
+      jobOutcome(finishedJob("Failed", "BackoffLimitExceeded"), [podWith(1, { message: unknown })], ctx),
+    ).toMatchObject({ reason: "RestoreFailed" })
+    expect(jobOutcome(finishedJob("Complete"), [podWith(0, { message: failedMessage })], ctx)).toMatchObject({
+      phase: "Succeeded",
+      reason: "RestoreSucceeded",
+    })
+  })
+
   it.each([
     [finishedJob("Complete"), [], "Succeeded", "ValidationSucceeded", /validated in 41s/],
     [
