@@ -34,13 +34,16 @@ key_of() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-10; }
 k8s_dir=$here/bin/k8s
 etcd_dir=$here/bin/etcd
 kwok_dir=$here/bin/kwok
+etcdutl_dir=$here/bin/etcdutl
 kv=$(version_of "$k8s_dir" k8s.io/kubernetes)
 ev=$(version_of "$etcd_dir" go.etcd.io/etcd/server/v3)
 wv=$(version_of "$kwok_dir" sigs.k8s.io/kwok)
+uv=$(version_of "$etcdutl_dir" go.etcd.io/etcd/etcdutl/v3)
 
 k8s_out=$cache/bin/k8s-$kv-$(key_of "$k8s_dir")
 etcd_out=$cache/bin/etcd-$ev-$(key_of "$etcd_dir")
 kwok_out=$cache/bin/kwok-$wv-$(key_of "$kwok_dir")
+etcdutl_out=$cache/bin/etcdutl-$uv-$(key_of "$etcdutl_dir")
 
 # build NAME OUT_DIR MODULE_DIR "BINARIES" -- go build args...
 build() {
@@ -88,12 +91,15 @@ else
   say "etcd $ev: cached in $etcd_out"
 fi
 build "kwok $wv" "$kwok_out" "$kwok_dir" "kwok" -trimpath -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok
+# etcdutl: the restore agent's etcd method restores snapshots with it (not a cluster binary).
+build "etcdutl $uv" "$etcdutl_out" "$etcdutl_dir" "etcdutl" -trimpath -ldflags "-s -w" go.etcd.io/etcd/etcdutl/v3
 
-# One directory holding all six, in the KUBEBUILDER_ASSETS shape.
-current=$cache/bin/current-$(printf '%s' "$k8s_out $etcd_out $kwok_out" | sha256sum | cut -c1-10)
+# One directory holding them all, in the KUBEBUILDER_ASSETS shape (plus etcdutl).
+current=$cache/bin/current-$(printf '%s' "$k8s_out $etcd_out $kwok_out $etcdutl_out" | sha256sum | cut -c1-10)
 mkdir -p "$current"
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sfn "$k8s_out/$b" "$current/$b"; done
 ln -sfn "$etcd_out/etcd" "$current/etcd"
 ln -sfn "$kwok_out/kwok" "$current/kwok"
+ln -sfn "$etcdutl_out/etcdutl" "$current/etcdutl"
 "$current/kube-apiserver" --version >&2
 echo "$current"

@@ -157,7 +157,58 @@ describe("BackupCheck controller on a real cluster", () => {
 
   describe("the CRD rejects invalid objects with a clear message", () => {
     const cases: Array<[string, (m: any) => void, RegExp]> = [
-      ["missing jobTemplate", (m) => delete m.spec.jobTemplate, /jobTemplate.*Required/i],
+      [
+        "neither jobTemplate nor restore",
+        (m) => delete m.spec.jobTemplate,
+        /exactly one of jobTemplate .* and restore/i,
+      ],
+      [
+        "both jobTemplate and restore",
+        (m) => (m.spec.restore = { restic: { repository: "/r", credentialsSecretRef: { name: "s" } } }),
+        /exactly one of jobTemplate .* and restore/i,
+      ],
+      [
+        "two restore methods",
+        (m) => {
+          delete m.spec.jobTemplate
+          m.spec.restore = {
+            restic: { repository: "/r", credentialsSecretRef: { name: "s" } },
+            etcd: { snapshot: { url: "/s.db" } },
+          }
+        },
+        /exactly one restore method/i,
+      ],
+      [
+        "postgres with dump and barmanObjectStore",
+        (m) => {
+          delete m.spec.jobTemplate
+          m.spec.restore = {
+            postgres: {
+              dump: { url: "/d.dump" },
+              barmanObjectStore: {
+                destinationPath: "s3://b/p",
+                serverName: "x",
+                credentialsSecretRef: { name: "s" },
+              },
+            },
+          }
+        },
+        /exactly one of dump and barmanObjectStore/i,
+      ],
+      [
+        "bad readDataSubset",
+        (m) => {
+          delete m.spec.jobTemplate
+          m.spec.restore = {
+            restic: {
+              repository: "/r",
+              credentialsSecretRef: { name: "s" },
+              verify: { readDataSubset: "lots" },
+            },
+          }
+        },
+        /readDataSubset/,
+      ],
       ["bad cron", (m) => (m.spec.schedule = "every day at 3"), /schedule/i],
       ["bad duration", (m) => (m.spec.timeout = "30 minutes"), /timeout/i],
       ["bad checksum", (m) => (m.spec.backup.checksum = "sha256:xyz"), /checksum/i],
