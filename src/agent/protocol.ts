@@ -36,6 +36,8 @@ export type RunInput = z.output<typeof RunInputSchema>
 /** A restore that did not prove its backup: the reason goes to the Verified condition. */
 export class AgentFailure extends Error {
   readonly reason: AgentFailureReason
+  /** The backup chosen before the failure, when one was: the message then names what did not restore. */
+  recoveryPoint: AgentReport["recoveryPoint"]
   constructor(reason: AgentFailureReason, message: string) {
     super(message)
     this.name = "AgentFailure"
@@ -66,7 +68,7 @@ export interface AgentContext {
 }
 
 /** Fits the message into the termination log's 4 KiB with the rest of the JSON. */
-const fit = (text: string, max: number): string => {
+const fitBytes = (text: string, max: number): string => {
   const bytes = Buffer.from(text, "utf8")
   if (bytes.length <= max) return text
   let cut = bytes.subarray(0, max - 3).toString("utf8")
@@ -98,7 +100,7 @@ export const terminationMessage = (outcome: Outcome): string => {
   // JSON escapes can make a message longer than its bytes: cut until the whole object fits.
   let room = maxTerminationMessageBytes
   for (;;) {
-    const text = JSON.stringify({ message: fit(message, room), ...base })
+    const text = JSON.stringify({ message: fitBytes(message, room), ...base })
     if (Buffer.byteLength(text, "utf8") <= maxTerminationMessageBytes || room <= 16) return text
     room = Math.floor(room * 0.8)
   }

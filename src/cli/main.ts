@@ -14,6 +14,8 @@ ${registerUsage}  fleetcheck status [--hub URL] [--cluster NAME] [--failing] [-o
 ${credentialUsage}  fleetcheck dev [--members N] [--hub-replicas N]
                                  start a real local fleet (hub + members) and keep it running; Ctrl-C
                                  stops it (--hub-replicas: that many hub replicas sharding the members)
+  fleetcheck agent restore <restic|postgres|etcd>
+                                 the restore agent the hub's Jobs run for spec.restore
   fleetcheck help                this text
 
 Every command answers --help; \`fleetcheck hub --help\` lists every hub setting with its
@@ -37,6 +39,8 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
       return (await import("./register/unregister.ts")).runUnregister(rest)
     case "credential":
       return (await import("./credential.ts")).runCredential(rest)
+    case "agent":
+      return (await import("../agent/main.ts")).runAgent(rest)
     case undefined:
     case "help":
     case "--help":

@@ -1,0 +1,171 @@
+// spec.restore.restic: restores one snapshot into scratch with restic's own verification, reads back
+// a subset of the pack data (`restic check --read-data-subset`), then checks what the user listed:
+// file hashes, a minimum of files and bytes. Every restic call is read-only (--no-lock): proving a
+// backup never writes to the repository it proves.
+import { mkdir } from "node:fs/promises"
+import { join } from "node:path"
+import * as z from "zod"
+import type { ResticRestoreSchema } from "../api/restore.ts"
+import { type AgentContext, AgentFailure, type AgentFailureReason, type AgentReport } from "./protocol.ts"
+import { chooseRecoveryPoint } from "./recovery-point.ts"
+import { ensureRoom, formatBytes, sha256File, treeSize } from "./scratch.ts"
+import { lastWords, runTool } from "./tool.ts"
+
+type ResticSpec = z.output<typeof ResticRestoreSchema>
+
+const SnapshotSchema = z.object({
+  id: z.string().regex(/^[0-9a-f]{64}$/),
+  short_id: z.string().optional(),
+  time: z.string(),
+  hostname: z.string().optional(),
+  paths: z.array(z.string()).optional(),
+  tags: z.array(z.string()).nullish(),
+})
+type Snapshot = z.output<typeof SnapshotSchema>
+
+const StatsSchema = z.object({ total_size: z.number(), total_file_count: z.number() })
+
+/** restic's exit codes from 0.17 on (older releases exit 1 for all of these). */
+const exitCodes: Readonly<Record<number, AgentFailureReason>> = {
+  10: "RepositoryUnreachable", // repository does not exist
+  11: "RepositoryUnreachable", // failed to lock
+  12: "RepositoryAuthFailed", // wrong password
+}
+
+/** Why restic failed, from its exit code and the words it printed (restic 0.14 to 0.18). */
+export const classifyResticFailure = (code: number, stderr: string): AgentFailureReason => {
+  const byCode = exitCodes[code]
+  if (byCode) return byCode
+  if (/wrong password|no key found/i.test(stderr)) return "RepositoryAuthFailed"
+  if (/AccessDenied|Access Denied|InvalidAccessKeyId|SignatureDoesNotMatch|403 Forbidden/i.test(stderr))
+    return "RepositoryAuthFailed"
+  if (/no matching ID found|invalid id|no snapshot found|snapshot .* not found/i.test(stderr))
+    return "SnapshotNotFound"
+  if (
+    /ciphertext verification failed|Pack ID does not match|repository contains errors|hash mismatch|unexpected content|invalid file size|decrypting blob .* failed|There were \d+ errors/i.test(
+      stderr,
+    )
+  )
+    return "DataCorrupted"
+  if (
+    /unable to open (config|repository)|Is there a repository|connection refused|no such host|i\/o timeout|dial tcp|NoSuchBucket|no such file or directory/i.test(
+      stderr,
+    )
+  )
+    return "RepositoryUnreachable"
+  return "RestoreToolFailed"
+}
+
+const restic = async (
+  ctx: AgentContext,
+  env: NodeJS.ProcessEnv,
+  args: ReadonlyArray<string>,
+  max?: number,
+) => {
+  const r = await runTool(
+    "restic",
+    ["--no-lock", "--cache-dir", join(ctx.scratch, ".restic-cache"), ...args],
+    {
+      env,
+      maxStdoutBytes: max,
+    },
+  )
+  if (r.code !== 0) {
+    const reason = classifyResticFailure(r.code, r.stderr)
+    throw new AgentFailure(reason, `restic ${args[0]}: ${lastWords(r.stderr) || `exit code ${r.code}`}`)
+  }
+  return r
+}
+
+const filterArgs = (spec: ResticSpec): string[] => [
+  ...(spec.host !== undefined ? ["--host", spec.host] : []),
+  ...(spec.tags !== undefined && spec.tags.length > 0 ? ["--tag", spec.tags.join(",")] : []),
+  ...(spec.paths ?? []).flatMap((p) => ["--path", p]),
+]
+
+const pickSnapshot = async (
+  ctx: AgentContext,
+  spec: ResticSpec,
+  env: NodeJS.ProcessEnv,
+): Promise<Snapshot> => {
+  const listed = await restic(ctx, env, ["snapshots", "--json", ...filterArgs(spec)], 64 * 1024 * 1024)
+  let snapshots: Snapshot[]
+  try {
+    snapshots = z.array(SnapshotSchema).parse(JSON.parse(listed.stdout || "[]"))
+  } catch (e) {
+    throw new AgentFailure(
+      "RestoreToolFailed",
+      `restic snapshots printed what is not a snapshot list: ${String(e)}`,
+    )
+  }
+  if (spec.snapshot !== "latest") {
+    const found = snapshots.find((s) => s.id.startsWith(spec.snapshot))
+    if (!found) throw new AgentFailure("SnapshotNotFound", `no snapshot ${spec.snapshot} in the repository`)
+    return found
+  }
+  if (snapshots.length === 0)
+    throw new AgentFailure(
+      "SnapshotNotFound",
+      `the repository has no snapshot${filterArgs(spec).length > 0 ? " matching host, tags and paths" : ""}`,
+    )
+  return chooseRecoveryPoint(snapshots, ctx.recoveryPoint, ctx.input.runID, new Date(), "snapshot")
+}
+
+export const restoreRestic = async (ctx: AgentContext, spec: ResticSpec): Promise<AgentReport> => {
+  const env: NodeJS.ProcessEnv = { ...ctx.env, RESTIC_REPOSITORY: spec.repository }
+  delete env.RESTIC_REPOSITORY_FILE // the spec names the repository; a stray file must not override it
+  const snapshot = await pickSnapshot(ctx, spec, env)
+  const recoveryPoint = { id: snapshot.id, time: new Date(snapshot.time).toISOString() }
+  const short = snapshot.short_id ?? snapshot.id.slice(0, 8)
+  try {
+    const stats = StatsSchema.parse(
+      JSON.parse((await restic(ctx, env, ["stats", "--json", "--mode", "restore-size", snapshot.id])).stdout),
+    )
+    await ensureRoom(ctx.scratch, ctx.scratchLimitBytes, stats.total_size, `snapshot ${short}`)
+
+    const target = join(ctx.scratch, "restore")
+    await mkdir(target, { recursive: true })
+    await restic(ctx, env, ["restore", snapshot.id, "--target", target, "--verify"])
+    let checked = ""
+    if (spec.verify.readDataSubset !== undefined) {
+      await restic(ctx, env, ["check", "--read-data-subset", spec.verify.readDataSubset])
+      checked = `; restic check read ${spec.verify.readDataSubset} of the pack data`
+    }
+
+    const { files, bytes } = await treeSize(target)
+    for (const f of spec.verify.files ?? []) {
+      const path = join(target, f.path)
+      if (!path.startsWith(`${target}/`))
+        throw new AgentFailure("AssertionFailed", `verify.files path ${f.path} leaves the snapshot`)
+      const actual = await sha256File(path).catch(() => undefined)
+      if (actual === undefined)
+        throw new AgentFailure("AssertionFailed", `${f.path} is not in snapshot ${short}`)
+      if (actual !== f.sha256)
+        throw new AgentFailure(
+          "DataCorrupted",
+          `${f.path} restored with sha256 ${actual}, expected ${f.sha256}`,
+        )
+    }
+    if (spec.verify.minFiles !== undefined && files < spec.verify.minFiles)
+      throw new AgentFailure(
+        "AssertionFailed",
+        `snapshot ${short} restored ${files} files, fewer than ${spec.verify.minFiles}`,
+      )
+    if (spec.verify.minBytes !== undefined && bytes < spec.verify.minBytes)
+      throw new AgentFailure(
+        "AssertionFailed",
+        `snapshot ${short} restored ${formatBytes(bytes)}, less than ${formatBytes(spec.verify.minBytes)}`,
+      )
+    const hashes = spec.verify.files?.length ? `; ${spec.verify.files.length} file hashes match` : ""
+    return {
+      message: `restored restic snapshot ${short} of ${snapshot.hostname ?? "?"} (${recoveryPoint.time}): ${files} files, ${formatBytes(bytes)}, verified${checked}${hashes}`,
+      dataTimestamp: recoveryPoint.time,
+      counts: { files, bytes },
+      recoveryPoint,
+    }
+  } catch (e) {
+    // The chosen point goes with a failure too: "snapshot 4f1c2a9e does not restore" names the backup.
+    if (e instanceof AgentFailure) e.recoveryPoint = recoveryPoint
+    throw e
+  }
+}
