@@ -243,7 +243,7 @@ const restoreDump = async (
           ])
       if (r.code !== 0) {
         const corrupt =
-          /did not find magic string|could not read input file|unexpected end of file|corrupt|invalid|could not uncompress/i.test(
+          /did not find magic string|could not read (from )?input file|unexpected end of file|corrupt|invalid|could not uncompress/i.test(
             r.stderr,
           )
         throw new AgentFailure(

@@ -57,7 +57,11 @@ export const ResticRestoreSchema = z
         files: z
           .array(
             z.strictObject({
-              path: z.string().min(1).max(4096).describe("A file's path as restic ls lists it, e.g. /data/orders.csv."),
+              path: z
+                .string()
+                .min(1)
+                .max(4096)
+                .describe("A file's path as restic ls lists it, e.g. /data/orders.csv."),
               sha256: z.string().regex(/^[0-9a-f]{64}$/, { error: "must be 64 lower-case hex digits" }),
             }),
           )
