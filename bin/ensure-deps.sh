@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes a clone ready to run: npm dependencies as locked (only when the lockfile changed since the last
-# install), the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck) and
-# Chromium for the dashboard test.
+# install), the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck),
+# Chromium for the dashboard test and the restore agent's tools (config/install-restore-tools.sh).
 # Used by `npm test` (pretest), `bin/fleetcheck` and .ci/run, so a fresh clone needs no other step.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,4 +15,6 @@ if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
   bash clusters/build.sh >/dev/null
   # The dashboard test drives Debian's Chromium (apt-get; root or sudo). Skipped when already present.
   bash config/install-chromium.sh >&2
+  # restic, PostgreSQL, barman-cloud and the S3 server: the restore agent's real tools.
+  bash config/install-restore-tools.sh
 fi

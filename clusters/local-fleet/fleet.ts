@@ -12,6 +12,7 @@ import { request } from "node:https"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { type AgentExecutor, restoreToolPath, startAgentExecutor } from "./agent-executor.ts"
 import { type AuditEvent, auditFlags, auditPolicy, auditPolicyWithReads, readAuditLog } from "./audit.ts"
 import { ensureBinaries } from "./binaries.ts"
 import {
@@ -281,10 +282,12 @@ export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => 
   let stopped = false
   // Processes the caller spawned are clients of the clusters: they stop first.
   const spawned: ManagedProcess[] = []
+  const executors: AgentExecutor[] = []
   const stop = async () => {
     if (stopped) return
     stopped = true
     await Promise.all(spawned.map((p) => p.stop()))
+    await Promise.all(executors.map((e) => e.stop()))
     await procs.stopAll()
     procs.disarmWatchdog()
     rmSync(runDir, { recursive: true, force: true })
@@ -302,6 +305,22 @@ export const startFleet = async (options: FleetOptions): Promise<LocalFleet> => 
       sleep(i * 400).then(() => startCluster(procs, bin, runDir, etcd, spec, log)),
     )
     for (const c of await Promise.all(started)) clusters.push(c)
+    // Where pods run, restore agent pods run too: as host processes (agent-executor.ts).
+    const toolPath = restoreToolPath(binDir)
+    for (const [i, c] of clusters.entries()) {
+      if (!specs[i]?.workloads) continue
+      executors.push(
+        startAgentExecutor({
+          cluster: c.name,
+          api: (method, path, body, contentType) =>
+            apiRequest(c.server, c.caPem, c.adminToken, method, path, body, contentType),
+          procs,
+          runDir,
+          toolPath,
+          log,
+        }),
+      )
+    }
     log(`fleet of ${clusters.length} ready in ${((Date.now() - t0) / 1000).toFixed(1)}s (run dir ${runDir})`)
     const byName = new Map(clusters.map((c) => [c.name, c]))
     return {
@@ -500,8 +519,8 @@ const startCluster = async (
         labels: { "kubernetes.io/hostname": "kwok-node-0", "kubernetes.io/os": "linux", type: "kwok" },
       },
       status: {
-        allocatable: { cpu: "64", memory: "256Gi", pods: "1000" },
-        capacity: { cpu: "64", memory: "256Gi", pods: "1000" },
+        allocatable: { cpu: "64", memory: "256Gi", pods: "1000", "ephemeral-storage": "1Ti" },
+        capacity: { cpu: "64", memory: "256Gi", pods: "1000", "ephemeral-storage": "1Ti" },
       },
     }
     const created = await api("POST", "/api/v1/nodes", node)

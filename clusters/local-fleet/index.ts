@@ -1,4 +1,15 @@
+export { type AgentExecutor, restoreToolPath, startAgentExecutor } from "./agent-executor.ts"
 export { type AuditEvent, auditPolicy, mutatingVerbs, parseAuditLog, readAuditLog } from "./audit.ts"
+export {
+  damageResticPacks,
+  etcdSnapshot,
+  pgDump,
+  type ResticSnapshot,
+  resticBackup,
+  type S3Server,
+  startS3Server,
+  writeSampleFiles,
+} from "./backups.ts"
 export { ensureBinaries, requiredBinaries } from "./binaries.ts"
 export {
   apiRequest,

@@ -3,7 +3,8 @@
 // the pod's scratch (unix socket only, no TCP port), then runs the assertions and the
 // dataTimestampQuery on the restored rows: the data-age objective comes from the data itself.
 import { type ChildProcess, spawn } from "node:child_process"
-import { chmod, chown, mkdir, open, readFile, writeFile } from "node:fs/promises"
+import { chmod, chown, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from "node:fs/promises"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as z from "zod"
 import type { PostgresRestoreSchema } from "../api/restore.ts"
@@ -27,6 +28,17 @@ const serverUser = async (): Promise<{ uid: number; gid: number } | undefined> =
   return uid && gid ? { uid: Number(uid), gid: Number(gid) } : { uid: 65534, gid: 65534 }
 }
 
+/** Debian keeps the server's tools off PATH, in /usr/lib/postgresql/<major>/bin: the newest one joins PATH. */
+const serverToolsPath = async (path: string | undefined): Promise<string> => {
+  const majors = (await readdir(debianServerTools).catch(() => []))
+    .filter((d) => /^\d+$/.test(d))
+    .sort((a, b) => Number(b) - Number(a))
+  return [...majors.slice(0, 1).map((m) => join(debianServerTools, m, "bin")), path ?? "/usr/bin:/bin"].join(
+    ":",
+  )
+}
+const debianServerTools = "/usr/lib/postgresql"
+
 interface Server {
   readonly socketDir: string
   readonly tool: (command: string, args: ReadonlyArray<string>) => ReturnType<typeof runTool>
@@ -42,14 +54,21 @@ const startServer = async (
   waitOutOfRecovery: boolean,
 ): Promise<Server> => {
   const user = await serverUser()
-  const socketDir = join(ctx.scratch, "pg-socket")
+  // A unix socket path has at most 107 bytes: when scratch is deep (a local fleet's host directory),
+  // the socket goes to a fresh directory under TMPDIR, or /tmp when that is deep too.
+  const fits = (dir: string) => Buffer.byteLength(join(dir, "fleetcheck-pg-XXXXXX", ".s.PGSQL.5432")) <= 107
+  const inScratch = join(ctx.scratch, "pg-socket")
+  const socketDir = fits(ctx.scratch)
+    ? inScratch
+    : await mkdtemp(join(fits(tmpdir()) ? tmpdir() : "/tmp", "fleetcheck-pg-"))
   await mkdir(socketDir, { recursive: true })
   await mkdir(dataDir, { recursive: true, mode: 0o700 })
   if (user) {
     await chmod(ctx.scratch, 0o755)
     for (const d of [socketDir, dataDir]) await chown(d, user.uid, user.gid)
   }
-  const opts: ToolOptions = { env: { ...ctx.env, PGHOST: socketDir, PGUSER: "postgres" }, ...(user ?? {}) }
+  const env = { ...ctx.env, PATH: await serverToolsPath(ctx.env.PATH), PGHOST: socketDir, PGUSER: "postgres" }
+  const opts: ToolOptions = { env, ...(user ?? {}) }
   const tool = (command: string, args: ReadonlyArray<string>) => runTool(command, args, opts)
   if (init) {
     const r = await tool("initdb", [
@@ -93,16 +112,20 @@ const startServer = async (
     exit = e.code === "ENOENT" ? "postgres is not installed (not on PATH)" : e.message
   })
   const stop = async () => {
-    if (server.exitCode !== null || server.signalCode !== null) return
-    const gone = new Promise((r) => server.once("exit", r))
-    server.kill("SIGINT") // fast shutdown
-    await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))])
-    if (server.exitCode === null) server.kill("SIGKILL")
+    if (server.exitCode === null && server.signalCode === null) {
+      const gone = new Promise((r) => server.once("exit", r))
+      server.kill("SIGINT") // fast shutdown
+      await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))])
+      if (server.exitCode === null) server.kill("SIGKILL")
+    }
+    if (socketDir !== inScratch) await rm(socketDir, { recursive: true, force: true }).catch(() => undefined)
   }
   const deadline = Date.now() + 30 * 60_000 // WAL replay may take long; the Job's deadline bounds it
   for (;;) {
-    if (exit !== undefined)
+    if (exit !== undefined) {
+      await stop()
       throw new AgentFailure(waitOutOfRecovery ? "DataCorrupted" : "RestoreToolFailed", exit)
+    }
     const ready = await tool("pg_isready", ["-q"])
     if (ready.code === 0) {
       if (!waitOutOfRecovery) break

@@ -114,6 +114,12 @@ const pickSnapshot = async (
 export const restoreRestic = async (ctx: AgentContext, spec: ResticSpec): Promise<AgentReport> => {
   const env: NodeJS.ProcessEnv = { ...ctx.env, RESTIC_REPOSITORY: spec.repository }
   delete env.RESTIC_REPOSITORY_FILE // the spec names the repository; a stray file must not override it
+  if (!env.RESTIC_PASSWORD && !env.RESTIC_PASSWORD_FILE && !env.RESTIC_PASSWORD_COMMAND)
+    // Without one restic asks a terminal there is none of; say which Secret lacks the key instead.
+    throw new AgentFailure(
+      "RepositoryAuthFailed",
+      `no RESTIC_PASSWORD: Secret ${spec.credentialsSecretRef.name} has no such key`,
+    )
   const snapshot = await pickSnapshot(ctx, spec, env)
   const recoveryPoint = { id: snapshot.id, time: new Date(snapshot.time).toISOString() }
   const short = snapshot.short_id ?? snapshot.id.slice(0, 8)

@@ -1,0 +1,308 @@
+// Real backups for local fleets (tests and `fleetcheck dev`): an S3-compatible server on loopback
+// (moto's, from config/install-restore-tools.sh), restic repositories made by restic itself, an etcd
+// snapshot taken from a running etcd, a pg_dump archive of a real Postgres. What the restore agent
+// proves in a local fleet is what these tools wrote, byte for byte.
+import { execFile } from "node:child_process"
+import { createHash } from "node:crypto"
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs"
+import { createServer } from "node:net"
+import { homedir } from "node:os"
+import { join } from "node:path"
+import { restoreToolPath } from "./agent-executor.ts"
+import type { ManagedProcess, StartOptions } from "./processes.ts"
+
+type Spawn = (
+  name: string,
+  command: string,
+  args: ReadonlyArray<string>,
+  options?: StartOptions,
+) => ManagedProcess
+
+const run = (
+  command: string,
+  args: ReadonlyArray<string>,
+  env: NodeJS.ProcessEnv = process.env,
+  uid?: number,
+) =>
+  new Promise<string>((resolve, reject) => {
+    execFile(
+      command,
+      [...args],
+      { env, maxBuffer: 64 * 1024 * 1024, ...(uid !== undefined ? { uid, gid: uid } : {}) },
+      (error, stdout, stderr) => {
+        if (error) reject(new Error(`${command} ${args.join(" ")}: ${stderr || error.message}`))
+        else resolve(stdout)
+      },
+    )
+  })
+
+const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const srv = createServer()
+    srv.once("error", reject)
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address()
+      const port = typeof addr === "object" && addr ? addr.port : 0
+      srv.close(() => resolve(port))
+    })
+  })
+
+export interface S3Server {
+  /** http://127.0.0.1:PORT */
+  readonly endpoint: string
+  /** AWS_* variables any client of it uses (the server takes any key). */
+  readonly env: Readonly<Record<string, string>>
+  readonly createBucket: (bucket: string) => Promise<void>
+  readonly putObject: (bucket: string, key: string, body: Buffer) => Promise<void>
+  readonly getObject: (bucket: string, key: string) => Promise<Buffer>
+  readonly listKeys: (bucket: string, prefix: string) => Promise<string[]>
+  readonly process: ManagedProcess
+}
+
+export const motoServer = join(
+  process.env.FLEETCHECK_CACHE ?? join(homedir(), ".cache/fleetcheck"),
+  "s3-venv/bin/moto_server",
+)
+
+/** Starts the S3-compatible server on a loopback port (a process of the fleet). */
+export const startS3Server = async (spawn: Spawn, name = "s3"): Promise<S3Server> => {
+  if (!existsSync(motoServer))
+    throw new Error(`${motoServer} is missing: run bash config/install-restore-tools.sh`)
+  const port = await freePort()
+  const proc = spawn(name, motoServer, ["-H", "127.0.0.1", "-p", String(port)])
+  const endpoint = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    const up = await fetch(`${endpoint}/`, { signal: AbortSignal.timeout(1_000) }).then(
+      (r) => r.status < 500,
+      () => false,
+    )
+    if (up) break
+    if (proc.hasExited() || Date.now() > deadline)
+      throw new Error(`S3 server did not start; see ${proc.logFile}`)
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  const req = async (method: string, path: string, body?: Buffer) => {
+    const res = await fetch(`${endpoint}${path}`, { method, ...(body ? { body } : {}) })
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`)
+    return res
+  }
+  return {
+    endpoint,
+    env: {
+      AWS_ACCESS_KEY_ID: "fleetcheck",
+      AWS_SECRET_ACCESS_KEY: "fleetcheck-secret",
+      AWS_DEFAULT_REGION: "us-east-1",
+    },
+    createBucket: async (bucket) => {
+      await req("PUT", `/${bucket}`)
+    },
+    putObject: async (bucket, key, body) => {
+      await req("PUT", `/${bucket}/${key}`, body)
+    },
+    getObject: async (bucket, key) =>
+      Buffer.from(await (await req("GET", `/${bucket}/${key}`)).arrayBuffer()),
+    listKeys: async (bucket, prefix) => {
+      const xml = await (
+        await req("GET", `/${bucket}?list-type=2&prefix=${encodeURIComponent(prefix)}`)
+      ).text()
+      return [...xml.matchAll(/<Key>([^<]+)<\/Key>/g)].map((m) => m[1] as string)
+    },
+    process: proc,
+  }
+}
+
+/** Files with known content: `count` files of `size` bytes (deterministic from the seed). */
+export const writeSampleFiles = (
+  dir: string,
+  count: number,
+  size: number,
+  seed: string,
+): Map<string, string> => {
+  mkdirSync(dir, { recursive: true })
+  const hashes = new Map<string, string>()
+  for (let i = 0; i < count; i++) {
+    const chunks: Buffer[] = []
+    let block = createHash("sha256").update(`${seed}/${i}`).digest()
+    for (let n = 0; n < size; n += block.length) {
+      chunks.push(block)
+      block = createHash("sha256").update(block).digest()
+    }
+    const body = Buffer.concat(chunks).subarray(0, size)
+    const name = `file-${String(i).padStart(4, "0")}.bin`
+    writeFileSync(join(dir, name), body)
+    hashes.set(name, createHash("sha256").update(body).digest("hex"))
+  }
+  return hashes
+}
+
+export interface ResticSnapshot {
+  readonly id: string
+  readonly time: string
+}
+
+/** restic init (when new) and backup of `dir`; returns the snapshot restic made. */
+export const resticBackup = async (o: {
+  readonly repository: string
+  readonly password: string
+  readonly env?: Readonly<Record<string, string>>
+  readonly dir: string
+  readonly host: string
+  readonly tags?: ReadonlyArray<string>
+  readonly init: boolean
+}): Promise<ResticSnapshot> => {
+  const env = { ...process.env, ...o.env, RESTIC_REPOSITORY: o.repository, RESTIC_PASSWORD: o.password }
+  if (o.init) await run("restic", ["init", "-q"], env)
+  const out = await run(
+    "restic",
+    ["backup", "--json", "-q", "--host", o.host, ...(o.tags ?? []).flatMap((t) => ["--tag", t]), o.dir],
+    env,
+  )
+  const summary = out
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l))
+    .find((m) => m.message_type === "summary")
+  const id: string = summary?.snapshot_id
+  const listed = JSON.parse(await run("restic", ["snapshots", "--json", "--no-lock", id], env)) as Array<{
+    id: string
+    time: string
+  }>
+  const snap = listed.find((s) => s.id.startsWith(id))
+  if (!snap) throw new Error(`restic backup made no snapshot ${id}`)
+  return { id: snap.id, time: new Date(snap.time).toISOString() }
+}
+
+/**
+ * Overwrites 32 bytes in the middle of every data pack of a filesystem restic repository: the backup is
+ * still listed, its snapshots still look fine, and restoring it fails restic's verification.
+ */
+export const damageResticPacks = (repository: string): number => {
+  let damaged = 0
+  const packs = join(repository, "data")
+  for (const sub of readdirSync(packs))
+    for (const pack of readdirSync(join(packs, sub))) {
+      const file = join(packs, sub, pack)
+      chmodSync(file, 0o644) // restic writes packs read-only
+      const fd = openSync(file, "r+")
+      try {
+        writeSync(fd, Buffer.alloc(32, 0x58), 0, 32, Math.floor(statSync(file).size / 2))
+      } finally {
+        closeSync(fd)
+      }
+      damaged++
+    }
+  return damaged
+}
+
+/** A snapshot of a fresh etcd holding `keys` (taken through etcd's gRPC gateway, as etcdctl does). */
+export const etcdSnapshot = async (
+  spawn: Spawn,
+  etcdBin: string,
+  dir: string,
+  keys: ReadonlyArray<string>,
+): Promise<string> => {
+  const [clientPort, peerPort] = [await freePort(), await freePort()]
+  const client = `http://127.0.0.1:${clientPort}`
+  const proc = spawn(`etcd-snapshot-source-${clientPort}`, etcdBin, [
+    `--data-dir=${join(dir, "etcd-source")}`,
+    `--listen-client-urls=${client}`,
+    `--advertise-client-urls=${client}`,
+    `--listen-peer-urls=http://127.0.0.1:${peerPort}`,
+    `--initial-advertise-peer-urls=http://127.0.0.1:${peerPort}`,
+    `--initial-cluster=default=http://127.0.0.1:${peerPort}`,
+    "--log-level=error",
+  ])
+  try {
+    const deadline = Date.now() + 30_000
+    while (
+      !(await fetch(`${client}/health`).then(
+        (r) => r.ok,
+        () => false,
+      ))
+    ) {
+      if (Date.now() > deadline) throw new Error("etcd for the snapshot did not start")
+      await new Promise((r) => setTimeout(r, 200))
+    }
+    for (const key of keys) {
+      const res = await fetch(`${client}/v3/kv/put`, {
+        method: "POST",
+        body: JSON.stringify({
+          key: Buffer.from(key).toString("base64"),
+          value: Buffer.from(`value of ${key}`).toString("base64"),
+        }),
+      })
+      if (!res.ok) throw new Error(`etcd put ${key}: ${res.status}`)
+    }
+    const text = await (await fetch(`${client}/v3/maintenance/snapshot`, { method: "POST" })).text()
+    const blob = Buffer.concat(
+      text
+        .split("\n")
+        .filter(Boolean)
+        .map((line) => Buffer.from(JSON.parse(line).result?.blob ?? "", "base64")),
+    )
+    const file = join(dir, "etcd-snapshot.db")
+    writeFileSync(file, blob)
+    return file
+  } finally {
+    await proc.stop()
+  }
+}
+
+/** A pg_dump (custom format) of a real Postgres holding `rows` orders, the newest `newestAgoMs` old. */
+export const pgDump = async (dir: string, rows: number, newestAgoMs: number): Promise<string> => {
+  const bin = restoreToolPath("").find((p) => p.includes("postgresql"))
+  if (!bin) throw new Error("PostgreSQL is not installed: run bash config/install-restore-tools.sh")
+  const passwd = readFileSync("/etc/passwd", "utf8")
+    .split("\n")
+    .find((l) => l.startsWith("postgres:"))
+  const uid = process.getuid?.() === 0 ? Number(passwd?.split(":")[2] ?? 65534) : undefined
+  const work = join(dir, "pg-source")
+  mkdirSync(work, { recursive: true })
+  chmodSync(dir, 0o755) // the postgres user reaches its directory (the run dir is 0711)
+  if (uid !== undefined) chownSync(work, uid, uid)
+  const data = join(work, "data")
+  const env = { ...process.env, PGHOST: work, PGUSER: "postgres" }
+  await run(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "--no-sync"], env, uid)
+  await run(
+    join(bin, "pg_ctl"),
+    ["-D", data, "-o", `-k ${work} -c listen_addresses=`, "-w", "-l", join(work, "log"), "start"],
+    env,
+    uid,
+  )
+  try {
+    const newest = new Date(Date.now() - newestAgoMs).toISOString()
+    await run(
+      join(bin, "psql"),
+      [
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        `CREATE TABLE orders (id int PRIMARY KEY, customer text, created timestamptz NOT NULL);
+         INSERT INTO orders SELECT g, 'customer-' || (g % 37), '${newest}'::timestamptz - (g - 1) * interval '1 minute'
+           FROM generate_series(1, ${rows}) g;`,
+      ],
+      env,
+      uid,
+    )
+    const file = join(work, "orders.dump")
+    await run(join(bin, "pg_dump"), ["-Fc", "-f", file, "postgres"], env, uid)
+    return file
+  } finally {
+    await run(join(bin, "pg_ctl"), ["-D", data, "-m", "immediate", "stop"], env, uid).catch(() => undefined)
+  }
+}

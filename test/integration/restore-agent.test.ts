@@ -1,0 +1,244 @@
+// Real restores through the hub's engine on a real cluster: BackupChecks with spec.restore become agent
+// Jobs, the local fleet runs each agent pod as a host process (agent-executor.ts), and the agent
+// restores what restic, etcd and pg_dump really wrote, from a filesystem and from an S3-compatible
+// server on loopback. A damaged pack, a wrong password, a failing assertion each turn the check red
+// with the agent's reason; the recovery point restic chose is the one recorded in status.
+import { readFileSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import {
+  damageResticPacks,
+  etcdSnapshot,
+  type LocalCluster,
+  type LocalFleet,
+  pgDump,
+  type ResticSnapshot,
+  resticBackup,
+  type S3Server,
+  startFleet,
+  startS3Server,
+  writeSampleFiles,
+} from "../../clusters/local-fleet/index.ts"
+import { type RunningEngine, startEngine } from "../support/engine.ts"
+import { waitUntil } from "../support/wait.ts"
+
+const ns = "backups"
+const crdFile = new URL("../../deploy/crds/fleetcheck.io_backupchecks.yaml", import.meta.url).pathname
+const checksPath = `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`
+
+describe("restore agent: real restic, etcd and Postgres backups restored through the hub", () => {
+  let fleet: LocalFleet
+  let c: LocalCluster
+  let engine: RunningEngine | undefined
+  let s3: S3Server
+  let data: string
+  let hashes: Map<string, string>
+  let s3Snaps: ResticSnapshot[]
+  let fsSnap: ResticSnapshot
+
+  const secret = async (name: string, values: Record<string, string>) => {
+    const r = await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, {
+      metadata: { name },
+      stringData: values,
+    })
+    expect(r.status, JSON.stringify(r.body)).toBe(201)
+  }
+  const check = async (name: string, spec: Record<string, unknown>) => {
+    const r = await c.api("POST", checksPath, {
+      apiVersion: "fleetcheck.io/v1alpha1",
+      kind: "BackupCheck",
+      metadata: { name, namespace: ns },
+      spec: { backup: { name }, timeout: "2m", ...spec },
+    })
+    expect(r.status, JSON.stringify(r.body)).toBe(201)
+  }
+  const verdict = (name: string) =>
+    waitUntil(`${name} decided`, 120_000, async () => {
+      const obj = (await c.api("GET", `${checksPath}/${name}`)).body
+      const v = (obj?.status?.conditions ?? []).find((x: any) => x.type === "Verified")
+      return obj?.status?.lastRun?.result !== undefined && obj.status.lastRun.result !== "Running" && v
+        ? { v, run: obj.status.lastRun }
+        : undefined
+    })
+
+  beforeAll(async () => {
+    fleet = await startFleet({ clusters: ["member"] })
+    c = fleet.cluster("member")
+    const applied = await c.kubectl(["apply", "--server-side", "-f", crdFile])
+    expect(applied.code, applied.stderr).toBe(0)
+    await c.kubectl([
+      "wait",
+      "--for=condition=Established",
+      "crd/backupchecks.fleetcheck.io",
+      "--timeout=30s",
+    ])
+    expect((await c.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
+
+    // The backups, made by the tools themselves.
+    data = join(fleet.runDir, "backups")
+    hashes = writeSampleFiles(join(data, "app"), 40, 64 * 1024, "orders")
+    s3 = await startS3Server(fleet.spawn)
+    await s3.createBucket("restic")
+    const s3Repo = `s3:${s3.endpoint}/restic/orders`
+    s3Snaps = []
+    for (const [i, init] of [true, false, false].entries()) {
+      if (i > 0) writeFileSync(join(data, "app", `extra-${i}.txt`), `generation ${i}\n`)
+      s3Snaps.push(
+        await resticBackup({
+          repository: s3Repo,
+          password: "s3-secret",
+          env: s3.env,
+          dir: join(data, "app"),
+          host: "db-1",
+          init,
+        }),
+      )
+    }
+    fsSnap = await resticBackup({
+      repository: join(data, "repo-damaged"),
+      password: "fs-secret",
+      dir: join(data, "app"),
+      host: "db-1",
+      init: true,
+    })
+    // Damage every data pack of the filesystem repository: restic's verification must see it.
+    expect(damageResticPacks(join(data, "repo-damaged"))).toBeGreaterThan(0)
+    const etcdFile = await etcdSnapshot(fleet.spawn, join(fleet.binDir, "etcd"), data, [
+      "/registry/configmaps/shop/a",
+      "/registry/configmaps/shop/b",
+      "/registry/secrets/shop/c",
+    ])
+    await s3.createBucket("etcd")
+    await s3.putObject("etcd", "snapshots/member.db", readFileSync(etcdFile))
+    const dump = await pgDump(data, 500, 5 * 60_000)
+
+    await secret("restic-s3", { RESTIC_PASSWORD: "s3-secret", ...s3.env })
+    await secret("restic-fs", { RESTIC_PASSWORD: "fs-secret" })
+    await secret("restic-wrong", { RESTIC_PASSWORD: "not-the-password", ...s3.env })
+    await secret("s3", { ...s3.env })
+
+    const files = [...hashes.entries()]
+      .slice(0, 2)
+      .map(([f, sha256]) => ({ path: join(data, "app", f), sha256 })) // as restic ls lists them
+    await check("restic-latest", {
+      restore: {
+        restic: {
+          repository: s3Repo,
+          credentialsSecretRef: { name: "restic-s3" },
+          host: "db-1",
+          verify: { readDataSubset: "100%", files, minFiles: 40, minBytes: 40 * 64 * 1024 },
+        },
+      },
+    })
+    await check("restic-random", {
+      restore: { restic: { repository: s3Repo, credentialsSecretRef: { name: "restic-s3" } } },
+      recoveryPoint: { policy: "Random", window: "1h" },
+    })
+    await check("restic-damaged", {
+      restore: {
+        restic: { repository: join(data, "repo-damaged"), credentialsSecretRef: { name: "restic-fs" } },
+      },
+    })
+    await check("restic-wrong-password", {
+      restore: { restic: { repository: s3Repo, credentialsSecretRef: { name: "restic-wrong" } } },
+    })
+    await check("restic-hash-mismatch", {
+      restore: {
+        restic: {
+          repository: s3Repo,
+          credentialsSecretRef: { name: "restic-s3" },
+          verify: { files: [{ path: join(data, "app", "file-0000.bin"), sha256: "0".repeat(64) }] },
+        },
+      },
+    })
+    await check("etcd", {
+      restore: {
+        etcd: {
+          snapshot: {
+            url: "s3://etcd/snapshots/member.db",
+            endpointURL: s3.endpoint,
+            credentialsSecretRef: { name: "s3" },
+          },
+          expectKeys: [{ prefix: "/registry/configmaps/", min: 2 }],
+        },
+      },
+    })
+    await check("postgres", {
+      restore: {
+        postgres: {
+          dump: { url: dump },
+          assertions: [{ name: "orders", sql: "SELECT count(*) FROM orders", min: 500 }],
+          dataTimestampQuery: "SELECT max(created) FROM orders",
+        },
+      },
+    })
+    await check("postgres-assertion", {
+      restore: {
+        postgres: {
+          dump: { url: dump },
+          assertions: [{ name: "orders", sql: "SELECT count(*) FROM orders", min: 501 }],
+        },
+      },
+    })
+    engine = await startEngine(c, { runningPollMs: 1_000 })
+  }, 240_000)
+
+  afterAll(async () => {
+    await engine?.stop()
+    await fleet?.stop()
+  })
+
+  it("restic from S3: the newest snapshot restored and verified, its id and time recorded, file hashes checked", async () => {
+    const { v, run } = await verdict("restic-latest")
+    expect(v, v.message).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+    const newest = s3Snaps[s3Snaps.length - 1] as ResticSnapshot
+    expect(run.recoveryPoint).toEqual({
+      id: newest.id,
+      time: newest.time.replace(/\.\d+Z$/, (m) => (m === ".000Z" ? "Z" : m)),
+    })
+    const restore = run.phases.find((p: any) => p.name === "restore")
+    expect(restore.counts.files).toBe(42) // 40 files and the two later generations' extra files
+    expect(restore.counts.bytes).toBeGreaterThanOrEqual(40 * 64 * 1024)
+    expect(Date.parse(restore.dataTimestamp)).toBe(Date.parse(newest.time))
+    expect(restore.message).toMatch(/restic check read 100%.*2 file hashes match/)
+  })
+
+  it("recoveryPoint Random picks one of the snapshots within the window and records which", async () => {
+    const { v, run } = await verdict("restic-random")
+    expect(v.status, v.message).toBe("True")
+    expect(s3Snaps.map((s) => s.id)).toContain(run.recoveryPoint.id)
+  })
+
+  it("a damaged pack is DataCorrupted, a wrong password RepositoryAuthFailed, a wrong hash DataCorrupted", async () => {
+    const damaged = await verdict("restic-damaged")
+    expect(damaged.v, damaged.v.message).toMatchObject({ status: "False", reason: "DataCorrupted" })
+    expect(damaged.run.recoveryPoint.id).toBe(fsSnap.id)
+    const wrong = await verdict("restic-wrong-password")
+    expect(wrong.v, wrong.v.message).toMatchObject({ status: "False", reason: "RepositoryAuthFailed" })
+    expect(wrong.v.message).toMatch(/wrong password/)
+    const mismatch = await verdict("restic-hash-mismatch")
+    expect(mismatch.v, mismatch.v.message).toMatchObject({ status: "False", reason: "DataCorrupted" })
+    expect(mismatch.v.message).toMatch(/file-0000\.bin restored with sha256 [0-9a-f]{64}, expected 0{64}/)
+  })
+
+  it("etcd: a snapshot from S3 restored with etcdutl, served by etcd, keys counted per prefix", async () => {
+    const { v, run } = await verdict("etcd")
+    expect(v, v.message).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+    expect(run.phases[0].counts).toMatchObject({ keys: 3, files: 1 })
+    expect(v.message).toMatch(/\/registry\/configmaps\/: 2/)
+  })
+
+  it("postgres: a pg_dump restored into a throwaway server, assertions and the data's own timestamp", async () => {
+    const { v, run } = await verdict("postgres")
+    expect(v, v.message).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+    const restore = run.phases[0]
+    expect(restore.counts).toMatchObject({ orders: 500, tables: 1 })
+    // The newest order was written five minutes before the dump: the data age comes from the rows.
+    const age = Date.now() - Date.parse(restore.dataTimestamp)
+    expect(age).toBeGreaterThan(5 * 60_000)
+    expect(age).toBeLessThan(60 * 60_000)
+    const failing = await verdict("postgres-assertion")
+    expect(failing.v, failing.v.message).toMatchObject({ status: "False", reason: "AssertionFailed" })
+    expect(failing.v.message).toMatch(/orders = 500, below the minimum 501/)
+  })
+})
