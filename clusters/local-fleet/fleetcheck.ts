@@ -1,7 +1,7 @@
 // fleetcheck on a local fleet: the CRDs installed, members registered by kubeconfig Secrets, and the
 // samples in clusters/samples applied. Used by the tests, the benchmarks and `fleetcheck dev`.
-import { readdirSync, readFileSync, writeFileSync } from "node:fs"
-import { join } from "node:path"
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { basename, join } from "node:path"
 import { parseAllDocuments } from "yaml"
 import {
   apiGroup,
@@ -17,6 +17,7 @@ import {
   secretReaderProvider,
 } from "../../src/api/names.ts"
 import type { LocalCluster, LocalFleet } from "./fleet.ts"
+import { makeSampleBackups, renderRestoreSamples, restoreSamplesDir } from "./sample-backups.ts"
 
 const root = new URL("../../", import.meta.url).pathname
 const crdDir = join(root, "deploy/crds")
@@ -228,6 +229,11 @@ export interface PrepareFleetOptions {
    * the provider file the hub then needs. Default false.
    */
   readonly clusterProfileMember?: boolean
+  /**
+   * Also make real backups (restic, etcd, pg_dump) and apply the restore samples that prove them
+   * (clusters/samples/restores) to the first member; default true, off when `samples` is given.
+   */
+  readonly restoreSamples?: boolean
 }
 
 /**
@@ -276,6 +282,26 @@ export const prepareFleet = async (
     await m.api("POST", "/api/v1/namespaces", { metadata: { name: namespaceOf(file) } })
     await must(`applying ${file} to ${m.name}`, m.kubectl(["apply", "-f", file]))
     log(`applied ${file.slice(root.length)} to ${m.name}`)
+  }
+  if (options.samples === undefined && options.restoreSamples !== false && members[0]) {
+    // The real restores: backups made now, the samples that prove them applied to the first member.
+    const member = members[0]
+    const backups = await makeSampleBackups(fleet, log)
+    const rendered = renderRestoreSamples(backups.values, mkdtempSync(join(fleet.runDir, "restore-samples-")))
+    const namespace = namespaceOf(rendered[0] ?? "")
+    await member.api("POST", "/api/v1/namespaces", { metadata: { name: namespace } })
+    for (const secret of backups.secrets) {
+      const r = await member.api("POST", `/api/v1/namespaces/${namespace}/secrets`, {
+        metadata: { name: secret.name },
+        stringData: secret.stringData,
+      })
+      if (r.status !== 201) throw new Error(`Secret ${secret.name} in ${member.name}: ${r.status}`)
+    }
+    for (const file of rendered) {
+      await must(`applying ${file} to ${member.name}`, member.kubectl(["apply", "-f", file]))
+      files.push(join(restoreSamplesDir, basename(file)))
+    }
+    log(`applied ${rendered.length} real-restore samples (clusters/samples/restores) to ${member.name}`)
   }
   if (options.fleetSamples === false) return { checks: files, fleetChecks: [], ...registered }
   const fleetFiles = samples(hubSamplesDir)

@@ -111,7 +111,8 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   /** How long another replica may take to stop: its drain, then its Lease releases (set from the settings). */
   let replicaStopGraceMs = 45_000
   let stopping = false
-  const stop = async (signal: string) => {
+  /** Stops everything and exits: 0 on a signal, `code` after a failure (1 as well when a replica failed). */
+  const stop = async (signal: string, code = 0) => {
     if (stopping) return
     stopping = true
     say(
@@ -136,7 +137,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     for (const e of failures) say(`stopping a hub replica: ${e instanceof Error ? e.message : String(e)}`)
     await fleet.stop()
     say("stopped; no process or temporary directory left behind")
-    process.exit(failures.length > 0 ? 1 : 0)
+    process.exit(failures.length > 0 ? 1 : code)
   }
   process.on("SIGINT", () => void stop("SIGINT"))
   process.on("SIGTERM", () => void stop("SIGTERM"))
@@ -327,7 +328,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
       ].join("\n"),
     )
   } catch (e) {
-    await stop(`failed: ${e instanceof Error ? e.message : String(e)}`)
+    await stop(`failed: ${e instanceof Error ? e.message : String(e)}`, 1)
     return 1
   }
   await new Promise(() => {})

@@ -1,5 +1,6 @@
 // The README's first command, end to end: `bin/fleetcheck dev` brings up a hub and two members, the
-// samples end one Verified and one failed with a clear reason, the FleetBackupCheck sample is placed in
+// samples end one Verified and one failed with a clear reason, the real-restore samples restore what
+// restic, etcd and pg_dump wrote (the damaged repository red), the FleetBackupCheck sample is placed in
 // both members and verified, `fleetcheck status` says so with exit 1,
 // and Ctrl-C leaves no process or temporary directory behind.
 import { type ChildProcess, execFile } from "node:child_process"
@@ -49,6 +50,11 @@ describe("fleetcheck dev", () => {
     expect(status.code).toBe(1) // one check is failing: scripts can tell
     expect(status.stdout).toMatch(/orders-db-nightly\s+True\s+RestoreSucceeded/)
     expect(status.stdout).toMatch(/payments-db-weekly\s+False\s+ChecksumMismatch/)
+    // The real restores: restic from the local S3 server, a damaged repository, etcd, a pg_dump.
+    expect(status.stdout).toMatch(/orders-files-restic\s+True\s+RestoreSucceeded/)
+    expect(status.stdout).toMatch(/orders-files-damaged\s+False\s+DataCorrupted/)
+    expect(status.stdout).toMatch(/member-etcd-snapshot\s+True\s+RestoreSucceeded/)
+    expect(status.stdout).toMatch(/orders-db-pgdump\s+True\s+RestoreSucceeded/)
     // The FleetBackupCheck sample, placed by the hub in both members and verified there.
     expect(status.stdout).toMatch(
       /fleetcheck-system\/etcd-snapshots\s+True\s+AllVerified\s+2\/2\s+member-1=True member-2=True/,
