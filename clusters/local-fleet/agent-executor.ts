@@ -209,8 +209,9 @@ export const startAgentExecutor = (o: AgentExecutorOptions): AgentExecutor => {
     const home = join(dir, "home")
     mkdirSync(home, { recursive: true, mode: 0o777 })
     env.PATH = [...o.toolPath, process.env.PATH ?? "/usr/bin:/bin"].join(":")
-    env.HOME = home
-    env.TMPDIR = home
+    // The image's defaults, unless the pod sets its own (the agent's are under scratch).
+    env.HOME ??= home
+    env.TMPDIR ??= home
     return { args, env, terminationHost, policy: container.terminationMessagePolicy as string | undefined }
   }
 
@@ -331,10 +332,21 @@ export const startAgentExecutor = (o: AgentExecutorOptions): AgentExecutor => {
     for (const key of done) if (!seen.has(key)) done.delete(key)
   }
 
+  // A cluster a test stopped on purpose fails every poll: said once, polled more slowly, said again
+  // when it answers.
+  let failing: string | undefined
   const loop = (async () => {
     while (!stopped) {
-      await poll().catch((e: unknown) => o.log(`${o.cluster}: agent executor: ${(e as Error).message}`))
-      await new Promise((r) => setTimeout(r, o.pollMs ?? 300))
+      try {
+        await poll()
+        if (failing !== undefined) o.log(`${o.cluster}: agent executor: the API server answers again`)
+        failing = undefined
+      } catch (e) {
+        const message = (e as Error).message
+        if (message !== failing) o.log(`${o.cluster}: agent executor: ${message} (retrying every 2s)`)
+        failing = message
+      }
+      await new Promise((r) => setTimeout(r, failing === undefined ? (o.pollMs ?? 300) : 2_000))
     }
   })()
 

@@ -2,7 +2,7 @@
 // run's JSON, runs the method, and always ends with a termination message and an exit code: 0 when
 // the backup restored and verified, 1 when it did not (with a reason), 2 for a usage error. Nothing it
 // is given is trusted: the input is parsed with zod and must name the method the arguments name.
-import { existsSync, mkdirSync, readFileSync } from "node:fs"
+import { chmodSync, existsSync, mkdirSync, readFileSync } from "node:fs"
 import { type RestoreMethodName, restoreMethodOf } from "../api/restore.ts"
 import {
   type AgentContext,
@@ -75,6 +75,16 @@ export const runMethod = async (method: RestoreMethodName, env: NodeJS.ProcessEn
       )
     const scratch = env[agentEnv.scratch] || "/scratch"
     if (!existsSync(scratch)) mkdirSync(scratch, { recursive: true })
+    // HOME and TMPDIR point into scratch (agent-job.ts); they exist before any tool looks.
+    // TMPDIR is shared like /tmp: Postgres runs as its own user when the agent is root.
+    for (const [dir, mode] of [
+      [env.HOME, 0o700],
+      [env.TMPDIR, 0o1777],
+    ] as const)
+      if (dir?.startsWith(`${scratch}/`) && !existsSync(dir)) {
+        mkdirSync(dir, { recursive: true })
+        chmodSync(dir, mode) // mkdir's mode passes through the umask
+      }
     const report = await methods[method]({
       input,
       scratch,

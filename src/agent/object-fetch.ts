@@ -91,7 +91,7 @@ export const fetchObject = async (
   if (!path.startsWith("/"))
     throw new AgentFailure("RestoreToolFailed", `${source}: not an absolute path or URL`)
   const st = await stat(path).catch(() => undefined)
-  if (!st?.isFile()) throw new AgentFailure("RepositoryUnreachable", `${path}: no such file`)
+  if (!st?.isFile()) throw new AgentFailure("SnapshotNotFound", `${path}: no such file`)
   await ensureRoom(opts.scratch, opts.scratchLimitBytes, st.size, basename(path))
   const dest = join(opts.scratch, `backup-${basename(path)}`)
   await copyFile(path, dest)

@@ -68,6 +68,9 @@ export const agentJobTemplate = (input: AgentJobInput): JobTemplate => {
       },
     },
     { name: "FLEETCHECK_TERMINATION_LOG", value: "/dev/termination-log" },
+    // The root filesystem is read-only: the tools' home and temporary files go to scratch too.
+    { name: "HOME", value: `${scratchMountPath}/home` },
+    { name: "TMPDIR", value: `${scratchMountPath}/tmp` },
   ]
   return {
     spec: {

@@ -3,7 +3,7 @@
 // restores what restic, etcd and pg_dump really wrote, from a filesystem and from an S3-compatible
 // server on loopback. A damaged pack, a wrong password, a failing assertion each turn the check red
 // with the agent's reason; the recovery point restic chose is the one recorded in status.
-import { readFileSync, writeFileSync } from "node:fs"
+import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -19,6 +19,7 @@ import {
   startS3Server,
   writeSampleFiles,
 } from "../../clusters/local-fleet/index.ts"
+import { runMethod } from "../../src/agent/main.ts"
 import { type RunningEngine, startEngine } from "../support/engine.ts"
 import { waitUntil } from "../support/wait.ts"
 
@@ -35,6 +36,8 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
   let hashes: Map<string, string>
   let s3Snaps: ResticSnapshot[]
   let fsSnap: ResticSnapshot
+  let flipRepo: string
+  let s3Repo: string
 
   const secret = async (name: string, values: Record<string, string>) => {
     const r = await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, {
@@ -52,12 +55,13 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     })
     expect(r.status, JSON.stringify(r.body)).toBe(201)
   }
-  const verdict = (name: string) =>
+  const verdict = (name: string, runID?: string) =>
     waitUntil(`${name} decided`, 120_000, async () => {
       const obj = (await c.api("GET", `${checksPath}/${name}`)).body
       const v = (obj?.status?.conditions ?? []).find((x: any) => x.type === "Verified")
-      return obj?.status?.lastRun?.result !== undefined && obj.status.lastRun.result !== "Running" && v
-        ? { v, run: obj.status.lastRun }
+      const run = obj?.status?.lastRun
+      return run?.result !== undefined && run.result !== "Running" && v && (!runID || run.runID === runID)
+        ? { v, run }
         : undefined
     })
 
@@ -79,7 +83,7 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     hashes = writeSampleFiles(join(data, "app"), 40, 64 * 1024, "orders")
     s3 = await startS3Server(fleet.spawn)
     await s3.createBucket("restic")
-    const s3Repo = `s3:${s3.endpoint}/restic/orders`
+    s3Repo = `s3:${s3.endpoint}/restic/orders`
     s3Snaps = []
     for (const [i, init] of [true, false, false].entries()) {
       if (i > 0) writeFileSync(join(data, "app", `extra-${i}.txt`), `generation ${i}\n`)
@@ -180,6 +184,58 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
         },
       },
     })
+    // Bad input: each ends with its own reason and a message naming what failed.
+    const closed = `s3:http://127.0.0.1:9/restic/orders` // port 9 (discard): nothing listens on loopback
+    await check("restic-unreachable", {
+      restore: { restic: { repository: closed, credentialsSecretRef: { name: "restic-s3" } } },
+    })
+    await check("restic-no-such-snapshot", {
+      restore: {
+        restic: { repository: s3Repo, credentialsSecretRef: { name: "restic-s3" }, snapshot: "deadbeef" },
+      },
+    })
+    await check("restic-no-secret", {
+      restore: { restic: { repository: s3Repo, credentialsSecretRef: { name: "not-there" } } },
+    })
+    await s3.putObject(
+      "etcd",
+      "snapshots/garbage.db",
+      Buffer.from("this is not an etcd snapshot\n".repeat(100)),
+    )
+    await check("etcd-garbage", {
+      restore: {
+        etcd: {
+          snapshot: {
+            url: "s3://etcd/snapshots/garbage.db",
+            endpointURL: s3.endpoint,
+            credentialsSecretRef: { name: "s3" },
+          },
+        },
+      },
+    })
+    await check("etcd-missing-object", {
+      restore: {
+        etcd: {
+          snapshot: {
+            url: "s3://etcd/snapshots/absent.db",
+            endpointURL: s3.endpoint,
+            credentialsSecretRef: { name: "s3" },
+          },
+        },
+      },
+    })
+    // Green first; then one damaged pack, and the next run is red.
+    flipRepo = join(data, "repo-flip")
+    await resticBackup({
+      repository: flipRepo,
+      password: "fs-secret",
+      dir: join(data, "app"),
+      host: "db-1",
+      init: true,
+    })
+    await check("restic-flip", {
+      restore: { restic: { repository: flipRepo, credentialsSecretRef: { name: "restic-fs" } } },
+    })
     engine = await startEngine(c, { runningPollMs: 1_000 })
   }, 240_000)
 
@@ -240,5 +296,79 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     const failing = await verdict("postgres-assertion")
     expect(failing.v, failing.v.message).toMatchObject({ status: "False", reason: "AssertionFailed" })
     expect(failing.v.message).toMatch(/orders = 500, below the minimum 501/)
+  })
+
+  it("unreachable repository, missing snapshot, missing Secret, garbage and missing etcd snapshots: each its reason", async () => {
+    const unreachable = await verdict("restic-unreachable")
+    expect(unreachable.v, unreachable.v.message).toMatchObject({
+      status: "False",
+      reason: "RepositoryUnreachable",
+    })
+    const missing = await verdict("restic-no-such-snapshot")
+    expect(missing.v, missing.v.message).toMatchObject({ status: "False", reason: "SnapshotNotFound" })
+    expect(missing.v.message).toMatch(/deadbeef/)
+    const noSecret = await verdict("restic-no-secret")
+    expect(noSecret.v, noSecret.v.message).toMatchObject({ status: "False", reason: "RepositoryAuthFailed" })
+    expect(noSecret.v.message).toMatch(/Secret not-there has no such key/)
+    const garbage = await verdict("etcd-garbage")
+    expect(garbage.v, garbage.v.message).toMatchObject({ status: "False", reason: "DataCorrupted" })
+    const absent = await verdict("etcd-missing-object")
+    expect(absent.v, absent.v.message).toMatchObject({ status: "False", reason: "SnapshotNotFound" })
+    expect(absent.v.message).toMatch(/absent\.db/)
+  })
+
+  it("one damaged pack turns a green check red on its next run", async () => {
+    const first = await verdict("restic-flip", "g1")
+    expect(first.v, first.v.message).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+    expect(damageResticPacks(flipRepo)).toBeGreaterThan(0)
+    // A new spec generation is a new run (ADR 0004).
+    const current = (await c.api("GET", `${checksPath}/restic-flip`)).body
+    const patched = await c.api("PUT", `${checksPath}/restic-flip`, {
+      ...current,
+      spec: { ...current.spec, timeout: "3m" },
+    })
+    expect(patched.status, JSON.stringify(patched.body)).toBe(200)
+    const second = await verdict("restic-flip", "g2")
+    expect(second.v, second.v.message).toMatchObject({ status: "False", reason: "DataCorrupted" })
+  })
+
+  it("no credential appears in any check's status or in the namespace's Events", async () => {
+    const secrets = ["s3-secret", "fs-secret", "not-the-password", s3.env.AWS_SECRET_ACCESS_KEY as string]
+    const checks = JSON.stringify((await c.api("GET", checksPath)).body)
+    const events = JSON.stringify((await c.api("GET", `/api/v1/namespaces/${ns}/events`)).body)
+    expect(checks).toContain("RestoreSucceeded") // the objects are there to be searched
+    for (const secret of secrets) {
+      expect(checks.includes(secret), `a check's status holds ${secret}`).toBe(false)
+      expect(events.includes(secret), `an Event holds ${secret}`).toBe(false)
+    }
+  })
+
+  it("a snapshot larger than the scratch volume is refused before restoring, naming both sizes", async () => {
+    // The agent alone (its pods all get the same 10 GiB limit): a 1 MiB scratch limit, a 2.5 MiB snapshot.
+    const scratch = join(fleet.runDir, "small-scratch")
+    const input = join(fleet.runDir, "small-run.json")
+    writeFileSync(
+      input,
+      JSON.stringify({
+        runID: "g1",
+        cluster: "member",
+        check: { namespace: ns, name: "small" },
+        restore: { restic: { repository: s3Repo, credentialsSecretRef: { name: "restic-s3" } } },
+        recoveryPoint: { policy: "Latest" },
+      }),
+    )
+    const outcome = await runMethod("restic", {
+      ...process.env,
+      ...s3.env,
+      RESTIC_PASSWORD: "s3-secret",
+      FLEETCHECK_RUN_INPUT: input,
+      FLEETCHECK_SCRATCH: scratch,
+      FLEETCHECK_SCRATCH_LIMIT_BYTES: String(1024 * 1024),
+    })
+    expect(outcome).toMatchObject({ ok: false, reason: "RestoreToolFailed" })
+    expect(outcome.ok ? "" : outcome.message).toMatch(
+      /snapshot [0-9a-f]{8} needs 2\.\d MiB but the scratch volume has .* left/,
+    )
+    expect(existsSync(join(scratch, "restore"))).toBe(false)
   })
 })

@@ -89,6 +89,13 @@ describe("the agent's restore Job", () => {
         "TRACEPARENT",
       ]),
     )
+    // the root filesystem is read-only: the tools' home and temporary files are in scratch
+    const mounts = container?.volumeMounts ?? []
+    expect(container?.securityContext?.readOnlyRootFilesystem).toBe(true)
+    for (const name of ["HOME", "TMPDIR"]) {
+      const value = container?.env?.find((e) => e.name === name)?.value ?? ""
+      expect(mounts.some((m) => m.name === "scratch" && value.startsWith(`${m.mountPath}/`)), name).toBe(true)
+    }
   })
 
   it("mounts the run's JSON, which the agent's own schema accepts", () => {
