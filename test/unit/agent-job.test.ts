@@ -94,7 +94,10 @@ describe("the agent's restore Job", () => {
     expect(container?.securityContext?.readOnlyRootFilesystem).toBe(true)
     for (const name of ["HOME", "TMPDIR"]) {
       const value = container?.env?.find((e) => e.name === name)?.value ?? ""
-      expect(mounts.some((m) => m.name === "scratch" && value.startsWith(`${m.mountPath}/`)), name).toBe(true)
+      expect(
+        mounts.some((m) => m.name === "scratch" && value.startsWith(`${m.mountPath}/`)),
+        name,
+      ).toBe(true)
     }
   })
 
