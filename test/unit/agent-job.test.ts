@@ -1,5 +1,7 @@
+import { readFileSync } from "node:fs"
 import type { V1Job } from "@kubernetes/client-node"
 import { describe, expect, it } from "vitest"
+import { parse } from "yaml"
 import { RunInputSchema, terminationMessage } from "../../src/agent/protocol.ts"
 import { parseBackupCheck } from "../../src/api/backupcheck.ts"
 import { parseTerminationMessage } from "../../src/api/termination-message.ts"
@@ -20,6 +22,18 @@ const checkWith = (spec: Record<string, unknown>) => ({
 })
 
 describe("spec.restore", () => {
+  it("the README's snippet for each method is a valid check", () => {
+    const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8")
+    const block = /```yaml\n(restore:[\s\S]*?)```/.exec(readme)?.[1] ?? ""
+    const methods = block.split(/(?=^restore:)/m).map((part) => {
+      const restore = parse(part).restore
+      const parsed = parseBackupCheck(checkWith({ restore }))
+      expect(parsed.success, parsed.success ? "" : parsed.error).toBe(true)
+      return Object.keys(restore)[0]
+    })
+    expect(methods).toEqual(["restic", "postgres", "etcd"])
+  })
+
   it("takes exactly one of jobTemplate and restore", () => {
     const neither = parseBackupCheck(checkWith({}))
     expect(neither.success).toBe(false)
