@@ -261,48 +261,108 @@ export const etcdSnapshot = async (
   }
 }
 
-/** A pg_dump (custom format) of a real Postgres holding `rows` orders, the newest `newestAgoMs` old. */
-export const pgDump = async (dir: string, rows: number, newestAgoMs: number): Promise<string> => {
+/** A real Postgres to back up: initdb'd in `dir`/`name`, started on a socket there, stopped after `use`. */
+const withSourcePostgres = async <A>(
+  dir: string,
+  name: string,
+  conf: ReadonlyArray<string>,
+  env: Readonly<Record<string, string>>,
+  use: (pg: {
+    readonly psql: (sql: string) => Promise<string>
+    readonly as: (command: string, args: ReadonlyArray<string>) => Promise<string>
+    readonly socketDir: string
+  }) => Promise<A>,
+): Promise<A> => {
   const bin = restoreToolPath("").find((p) => p.includes("postgresql"))
   if (!bin) throw new Error("PostgreSQL is not installed: run bash config/install-restore-tools.sh")
   const passwd = readFileSync("/etc/passwd", "utf8")
     .split("\n")
     .find((l) => l.startsWith("postgres:"))
   const uid = process.getuid?.() === 0 ? Number(passwd?.split(":")[2] ?? 65534) : undefined
-  const work = join(dir, "pg-source")
+  const work = join(dir, name)
   mkdirSync(work, { recursive: true })
   chmodSync(dir, 0o755) // the postgres user reaches its directory (the run dir is 0711)
   if (uid !== undefined) chownSync(work, uid, uid)
   const data = join(work, "data")
-  const env = { ...process.env, PGHOST: work, PGUSER: "postgres" }
-  await run(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "--no-sync"], env, uid)
-  await run(
-    join(bin, "pg_ctl"),
-    ["-D", data, "-o", `-k ${work} -c listen_addresses=`, "-w", "-l", join(work, "log"), "start"],
-    env,
-    uid,
-  )
-  try {
-    const newest = new Date(Date.now() - newestAgoMs).toISOString()
-    await run(
-      join(bin, "psql"),
-      [
-        "-X",
-        "-q",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-c",
-        `CREATE TABLE orders (id int PRIMARY KEY, customer text, created timestamptz NOT NULL);
-         INSERT INTO orders SELECT g, 'customer-' || (g % 37), '${newest}'::timestamptz - (g - 1) * interval '1 minute'
-           FROM generate_series(1, ${rows}) g;`,
-      ],
-      env,
-      uid,
-    )
-    const file = join(work, "orders.dump")
-    await run(join(bin, "pg_dump"), ["-Fc", "-f", file, "postgres"], env, uid)
-    return file
-  } finally {
-    await run(join(bin, "pg_ctl"), ["-D", data, "-m", "immediate", "stop"], env, uid).catch(() => undefined)
+  const pgEnv = {
+    ...process.env,
+    ...env,
+    PGHOST: work,
+    PGUSER: "postgres",
+    PATH: `${bin}:${process.env.PATH}`,
   }
+  const as = (command: string, args: ReadonlyArray<string>) => run(command, args, pgEnv, uid)
+  await as(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "--no-sync"])
+  writeFileSync(join(data, "postgresql.auto.conf"), `${["listen_addresses = ''", ...conf].join("\n")}\n`)
+  await as(join(bin, "pg_ctl"), ["-D", data, "-o", `-k ${work}`, "-w", "-l", join(work, "log"), "start"])
+  try {
+    return await use({
+      psql: (sql) => as(join(bin, "psql"), ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql]),
+      as,
+      socketDir: work,
+    })
+  } finally {
+    await as(join(bin, "pg_ctl"), ["-D", data, "-m", "immediate", "stop"]).catch(() => undefined)
+  }
+}
+
+/** `rows` orders, one a minute, the newest `newestAgoMs` old, ids from `first`. */
+const ordersSQL = (first: number, rows: number, newestAgoMs: number) => {
+  const newest = new Date(Date.now() - newestAgoMs).toISOString()
+  return `CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, customer text, created timestamptz NOT NULL);
+    INSERT INTO orders SELECT g, 'customer-' || (g % 37), '${newest}'::timestamptz - (${first + rows - 1} - g) * interval '1 minute'
+      FROM generate_series(${first}, ${first + rows - 1}) g;`
+}
+
+/** A pg_dump (custom format) of a real Postgres holding `rows` orders, the newest `newestAgoMs` old. */
+export const pgDump = (dir: string, rows: number, newestAgoMs: number): Promise<string> =>
+  withSourcePostgres(dir, "pg-source", [], {}, async (pg) => {
+    await pg.psql(ordersSQL(1, rows, newestAgoMs))
+    const file = join(dir, "pg-source", "orders.dump")
+    await pg.as("pg_dump", ["-Fc", "-f", file, "postgres"])
+    return file
+  })
+
+/**
+ * A CloudNativePG-style object store, written by barman-cloud itself: a base backup of a real Postgres
+ * taken with `rows` orders, then `rowsAfter` more that reach the store only as archived WAL
+ * (barman-cloud-wal-archive as archive_command). A restore that replays the WAL has both.
+ */
+export const barmanBackup = (
+  dir: string,
+  s3: S3Server,
+  destinationPath: string,
+  serverName: string,
+  rows: number,
+  rowsAfter: number,
+): Promise<{ readonly backupID: string }> => {
+  const endpoint = ["--endpoint-url", s3.endpoint]
+  const archive = ["barman-cloud-wal-archive", ...endpoint, destinationPath, serverName, "%p"].join(" ")
+  const conf = ["wal_level = replica", "archive_mode = on", `archive_command = '${archive}'`]
+  return withSourcePostgres(dir, "pg-barman-source", conf, { ...s3.env, HOME: dir }, async (pg) => {
+    await pg.psql(ordersSQL(1, rows, 60 * 60_000))
+    await pg.as("barman-cloud-backup", [
+      ...endpoint,
+      "-h",
+      pg.socketDir,
+      "-U",
+      "postgres",
+      destinationPath,
+      serverName,
+    ])
+    await pg.psql(ordersSQL(rows + 1, rowsAfter, 2 * 60_000))
+    // The segment holding the later rows goes to the store now, not at archive_timeout.
+    const segment = (await pg.psql("SELECT pg_walfile_name(pg_switch_wal())")).trim()
+    const deadline = Date.now() + 60_000
+    while ((await pg.psql("SELECT last_archived_wal FROM pg_stat_archiver")).trim() < segment) {
+      if (Date.now() > deadline) throw new Error(`WAL segment ${segment} was not archived in 60 s`)
+      await new Promise((r) => setTimeout(r, 200))
+    }
+    const listed = JSON.parse(
+      await pg.as("barman-cloud-backup-list", [...endpoint, "--format", "json", destinationPath, serverName]),
+    ) as { backups_list: Array<{ backup_id: string }> }
+    const backupID = listed.backups_list.at(-1)?.backup_id
+    if (!backupID) throw new Error("barman-cloud-backup made no backup")
+    return { backupID }
+  })
 }

@@ -1,6 +1,7 @@
 export { type AgentExecutor, restoreToolPath, startAgentExecutor } from "./agent-executor.ts"
 export { type AuditEvent, auditPolicy, mutatingVerbs, parseAuditLog, readAuditLog } from "./audit.ts"
 export {
+  barmanBackup,
   damageResticPacks,
   etcdSnapshot,
   pgDump,

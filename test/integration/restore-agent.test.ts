@@ -7,6 +7,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
+  barmanBackup,
   damageResticPacks,
   etcdSnapshot,
   type LocalCluster,
@@ -38,6 +39,7 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
   let fsSnap: ResticSnapshot
   let flipRepo: string
   let s3Repo: string
+  let barman: { backupID: string }
 
   const secret = async (name: string, values: Record<string, string>) => {
     const r = await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, {
@@ -184,6 +186,24 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
         },
       },
     })
+    // CloudNativePG's object-store layout, written by barman-cloud from a real Postgres: 300 orders in
+    // the base backup, 20 more only in the archived WAL.
+    await s3.createBucket("cnpg")
+    barman = await barmanBackup(data, s3, "s3://cnpg/orders", "orders-db", 300, 20)
+    await check("postgres-barman", {
+      restore: {
+        postgres: {
+          barmanObjectStore: {
+            destinationPath: "s3://cnpg/orders",
+            serverName: "orders-db",
+            endpointURL: s3.endpoint,
+            credentialsSecretRef: { name: "s3" },
+          },
+          assertions: [{ name: "orders", sql: "SELECT count(*) FROM orders", equals: 320 }],
+          dataTimestampQuery: "SELECT max(created) FROM orders",
+        },
+      },
+    })
     // Bad input: each ends with its own reason and a message naming what failed.
     const closed = `s3:http://127.0.0.1:9/restic/orders` // port 9 (discard): nothing listens on loopback
     await check("restic-unreachable", {
@@ -296,6 +316,17 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     const failing = await verdict("postgres-assertion")
     expect(failing.v, failing.v.message).toMatchObject({ status: "False", reason: "AssertionFailed" })
     expect(failing.v.message).toMatch(/orders = 500, below the minimum 501/)
+  })
+
+  it("postgres from a CloudNativePG-style object store: barman-cloud base backup plus WAL replayed to the end", async () => {
+    const { v, run } = await verdict("postgres-barman")
+    expect(v, v.message).toMatchObject({ status: "True", reason: "RestoreSucceeded" })
+    expect(run.recoveryPoint.id).toBe(barman.backupID)
+    // 320 = the base backup's 300 and the 20 written after it, which only the WAL holds.
+    expect(run.phases[0].counts).toMatchObject({ orders: 320 })
+    const age = Date.now() - Date.parse(run.phases[0].dataTimestamp)
+    expect(age).toBeGreaterThan(2 * 60_000)
+    expect(age).toBeLessThan(30 * 60_000)
   })
 
   it("unreachable repository, missing snapshot, missing Secret, garbage and missing etcd snapshots: each its reason", async () => {
