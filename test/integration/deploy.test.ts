@@ -8,7 +8,7 @@
 // server's service proxy (which refuses loopback endpoints, so that hub listens on this machine's
 // non-loopback address). The guarded listener serves TLS: a certificate from files, rotated while it
 // runs, and `fleetcheck status` verifying it.
-import { spawn } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import { X509Certificate } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { get as httpGet } from "node:http"
@@ -1162,6 +1162,14 @@ describe("deploy/: manifests, RBAC and image", () => {
     const pkg = JSON.parse(readFileSync(join(repo, "package.json"), "utf8"))
     // Pinned bases, and the Node the image ships is the one every test here runs on.
     for (const stage of dockerfile) {
+      if (stage.image.startsWith("golang:")) {
+        // The Go stage builds etcdutl; the host's Go runs its steps here, so it must be the same Go.
+        const go = /^golang:(\d+\.\d+\.\d+)-bookworm(@sha256:[0-9a-f]{64})?$/.exec(stage.image)
+        expect(go, `FROM ${stage.image} is pinned to an exact Go version`).not.toBeNull()
+        const hostGo = execFileSync("go", ["env", "GOVERSION"], { encoding: "utf8" }).trim()
+        expect(`go${go?.[1]}`).toBe(hostGo)
+        continue
+      }
       const m = /^node:(\d+\.\d+\.\d+)-[a-z]+-slim(@sha256:[0-9a-f]{64})?$/.exec(stage.image)
       expect(m, `FROM ${stage.image} is pinned to an exact node version`).not.toBeNull()
       expect(m?.[1]).toBe(process.versions.node)
@@ -1208,6 +1216,20 @@ describe("deploy/: manifests, RBAC and image", () => {
     const help = await runToEnd(entry, ["help"], app, env, 30_000)
     expect(help.code, help.stderr).toBe(0)
     expect(help.stdout).toContain("fleetcheck hub [flags]")
+    // The restore agent is the same entrypoint, and the etcdutl it drives is the one the Go stage built
+    // (the Debian tools are checked installed by the apt step; the restores: restore-agent.test.ts).
+    const agent = await runToEnd(entry, ["agent", "--help"], app, env, 30_000)
+    expect(agent.code, agent.stderr).toBe(0)
+    expect(agent.stdout).toContain("fleetcheck agent restore <restic|postgres|etcd>")
+    const etcdutl = await runToEnd(
+      [final.hostPath("/usr/local/bin/etcdutl"), "version"],
+      [],
+      app,
+      env,
+      30_000,
+    )
+    expect(etcdutl.code, etcdutl.stderr).toBe(0)
+    expect(etcdutl.stdout).toMatch(/etcdutl version: 3\.6\.16/)
 
     // `hub` under the hub identity: leads, is ready, and on SIGTERM releases the Lease and exits 0
     // within the Pod's terminationGracePeriodSeconds.

@@ -3,7 +3,7 @@
 // Only the instructions this project's Dockerfile uses are modelled; any other fails loudly, so a
 // change to the Dockerfile cannot silently stop being tested. Each stage gets its own root directory;
 // absolute container paths map into it; stages run in parallel and COPY --from waits, as in BuildKit.
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { cpSync, existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, unlinkSync } from "node:fs"
 import { basename, dirname, join, posix, relative } from "node:path"
 
@@ -135,11 +135,58 @@ export const tryJson = (line: string): any => {
   }
 }
 
+/** `apt-get update && apt-get install -y --no-install-recommends P... && rm -rf /var/lib/apt/lists/*`. */
+const aptInstall = (command: string): string[] | undefined => {
+  const m =
+    /^apt-get update && apt-get install -y --no-install-recommends ([a-z0-9][a-z0-9.+\- ]*) && rm -rf \/var\/lib\/apt\/lists\/\*$/.exec(
+      command.trim(),
+    )
+  return m ? m[1]!.trim().split(/\s+/) : undefined
+}
+
+const debianPackageInstalled = (pkg: string): boolean => {
+  try {
+    return /^Status: install ok installed$/m.test(
+      execFileSync("dpkg-query", ["-s", pkg], { encoding: "utf8" }),
+    )
+  } catch {
+    return false
+  }
+}
+
+/** The host Go's caches stand for BuildKit's persistent cache mounts, as the host's npm cache does. */
+const goCaches = (): Record<string, string> => {
+  const [modCache, buildCache] = execFileSync("go", ["env", "GOMODCACHE", "GOCACHE"], { encoding: "utf8" })
+    .trim()
+    .split("\n")
+  return { "/go/pkg/mod": modCache!, "/root/.cache/go-build": buildCache! }
+}
+
+/** What a base image's own ENV gives its RUN steps: golang's GOPATH and its Go on PATH (the host's). */
+const baseImageEnv = (image: string, hostPath: (p: string) => string): Record<string, string> => {
+  if (!image.startsWith("golang:")) return {}
+  const goBin = join(execFileSync("go", ["env", "GOROOT"], { encoding: "utf8" }).trim(), "bin")
+  return {
+    GOPATH: hostPath("/go"),
+    PATH: `${goBin}:/usr/local/bin:/usr/bin:/bin`,
+    ...Object.fromEntries(
+      Object.entries(process.env).filter(
+        ([k, v]) => v !== undefined && /^GO(PROXY|SUMDB|NOSUMDB|PRIVATE|FLAGS)$/.test(k),
+      ),
+    ),
+  } as Record<string, string>
+}
+
 export const buildStages = async (
   stages: ReadonlyArray<Stage>,
   options: { readonly context: string; readonly work: string; readonly npmCache: string },
 ): Promise<BuiltStage[]> => {
   const ignore = readDockerignore(options.context)
+  let caches: Record<string, string> | undefined
+  const cacheDirs = () => {
+    caches ??= { "/root/.npm": options.npmCache, ...goCaches() }
+    return caches
+  }
   const results = new Map<string, Promise<BuiltStage>>()
   // The builder's network settings, as Docker passes proxies (build args) and a builder its npm config:
   // nothing else of this environment leaks into the steps.
@@ -221,6 +268,15 @@ export const buildStages = async (
           const mounts = words.filter((w) => w.startsWith("--mount="))
           const command = ins.args.replace(/--mount=\S+\s*/g, "")
           if (command.startsWith("[")) throw new Error(`${at(ins)}: exec-form RUN is not modelled`)
+          const apt = aptInstall(command)
+          if (apt) {
+            // Installing into the host is no image build: the Debian packages must be installed here
+            // already (bin/ensure-deps.sh does), which is what the steps after this one rely on.
+            const missing = apt.filter((p) => !debianPackageInstalled(p))
+            if (missing.length > 0)
+              throw new Error(`${at(ins)}: ${missing.join(", ")} not installed on this Debian host`)
+            break
+          }
           // A cache mount is a directory outside the image that persists across builds: the host's npm cache.
           const links: string[] = []
           for (const mount of mounts) {
@@ -230,13 +286,16 @@ export const buildStages = async (
                 .split(",")
                 .map((kv) => kv.split("=")),
             )
-            if (opts.type !== "cache" || opts.target !== "/root/.npm") {
-              throw new Error(`${at(ins)}: only --mount=type=cache,target=/root/.npm is modelled`)
+            const cache = opts.type === "cache" ? cacheDirs()[opts.target] : undefined
+            if (!cache) {
+              throw new Error(
+                `${at(ins)}: only cache mounts at ${Object.keys(cacheDirs()).join(", ")} are modelled`,
+              )
             }
             const link = hostPath(opts.target)
             mkdirSync(dirname(link), { recursive: true })
-            mkdirSync(options.npmCache, { recursive: true })
-            symlinkSync(options.npmCache, link)
+            mkdirSync(cache, { recursive: true })
+            symlinkSync(cache, link)
             links.push(link)
           }
           try {
@@ -249,6 +308,7 @@ export const buildStages = async (
                 ...networkEnv,
                 PATH: `${dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
                 HOME: hostPath("/root"),
+                ...baseImageEnv(stage.image, hostPath),
                 ...env,
               },
               240_000,
