@@ -8,7 +8,7 @@ import * as z from "zod"
 import type { ResticRestoreSchema } from "../api/restore.ts"
 import { type AgentContext, AgentFailure, type AgentFailureReason, type AgentReport } from "./protocol.ts"
 import { chooseRecoveryPoint } from "./recovery-point.ts"
-import { ensureRoom, formatBytes, sha256File, treeSize } from "./scratch.ts"
+import { formatBytes, roomIn, sha256File, treeSize } from "./scratch.ts"
 import { lastWords, runTool } from "./tool.ts"
 
 type ResticSpec = z.output<typeof ResticRestoreSchema>
@@ -83,21 +83,19 @@ const filterArgs = (spec: ResticSpec): string[] => [
   ...(spec.paths ?? []).flatMap((p) => ["--path", p]),
 ]
 
-const pickSnapshot = async (
-  ctx: AgentContext,
-  spec: ResticSpec,
-  env: NodeJS.ProcessEnv,
-): Promise<Snapshot> => {
+const listSnapshots = async (ctx: AgentContext, spec: ResticSpec, env: NodeJS.ProcessEnv) => {
   const listed = await restic(ctx, env, ["snapshots", "--json", ...filterArgs(spec)], 64 * 1024 * 1024)
-  let snapshots: Snapshot[]
   try {
-    snapshots = z.array(SnapshotSchema).parse(JSON.parse(listed.stdout || "[]"))
+    return z.array(SnapshotSchema).parse(JSON.parse(listed.stdout || "[]"))
   } catch (e) {
     throw new AgentFailure(
       "RestoreToolFailed",
       `restic snapshots printed what is not a snapshot list: ${String(e)}`,
     )
   }
+}
+
+const pickSnapshot = (ctx: AgentContext, spec: ResticSpec, snapshots: ReadonlyArray<Snapshot>): Snapshot => {
   if (spec.snapshot !== "latest") {
     const found = snapshots.find((s) => s.id.startsWith(spec.snapshot))
     if (!found) throw new AgentFailure("SnapshotNotFound", `no snapshot ${spec.snapshot} in the repository`)
@@ -111,6 +109,10 @@ const pickSnapshot = async (
   return chooseRecoveryPoint(snapshots, ctx.recoveryPoint, ctx.input.runID, new Date(), "snapshot")
 }
 
+/** The snapshot restic says it restores: "restoring <Snapshot 4f1c2a9e of [...] ...> to ...". */
+const restoredShortID = (stdout: string): string | undefined =>
+  /restoring <Snapshot ([0-9a-f]{8,64}) /.exec(stdout)?.[1]
+
 export const restoreRestic = async (ctx: AgentContext, spec: ResticSpec): Promise<AgentReport> => {
   const env: NodeJS.ProcessEnv = { ...ctx.env, RESTIC_REPOSITORY: spec.repository }
   delete env.RESTIC_REPOSITORY_FILE // the spec names the repository; a stray file must not override it
@@ -120,18 +122,81 @@ export const restoreRestic = async (ctx: AgentContext, spec: ResticSpec): Promis
       "RepositoryAuthFailed",
       `no RESTIC_PASSWORD: Secret ${spec.credentialsSecretRef.name} has no such key`,
     )
-  const snapshot = await pickSnapshot(ctx, spec, env)
-  const recoveryPoint = { id: snapshot.id, time: new Date(snapshot.time).toISOString() }
-  const short = snapshot.short_id ?? snapshot.id.slice(0, 8)
-  try {
-    const stats = StatsSchema.parse(
-      JSON.parse((await restic(ctx, env, ["stats", "--json", "--mode", "restore-size", snapshot.id])).stdout),
-    )
-    await ensureRoom(ctx.scratch, ctx.scratchLimitBytes, stats.total_size, `snapshot ${short}`)
+  const room = await roomIn(ctx.scratch, ctx.scratchLimitBytes)
+  const target = join(ctx.scratch, "restore")
+  await mkdir(target, { recursive: true })
 
-    const target = join(ctx.scratch, "restore")
-    await mkdir(target, { recursive: true })
-    await restic(ctx, env, ["restore", snapshot.id, "--target", target, "--verify"])
+  // Every restic call pays its key derivation (about 0.4 s of CPU), so the calls overlap: with the
+  // newest snapshot wanted, restic resolves "latest" itself while the list (for its id and time) and
+  // the size check run beside the restore; otherwise the list picks first. A snapshot that will not fit
+  // stops the restore.
+  const direct = spec.snapshot === "latest" && ctx.recoveryPoint.policy === "Latest"
+  const listing = listSnapshots(ctx, spec, env)
+  const chosen = direct ? undefined : pickSnapshot(ctx, spec, await listing)
+  const which = chosen ? [chosen.id] : ["latest", ...filterArgs(spec)]
+  const stop = new AbortController()
+  const sizing = restic(ctx, env, ["stats", "--json", "--mode", "restore-size", ...which]).then(async (r) => {
+    const stats = StatsSchema.parse(JSON.parse(r.stdout))
+    if (stats.total_size > room) {
+      stop.abort()
+      const newest = chosen ?? (await listing.then((l) => pickSnapshot(ctx, spec, l)).catch(() => undefined))
+      throw new AgentFailure(
+        "RestoreToolFailed",
+        `snapshot ${newest?.id.slice(0, 8) ?? "latest"} needs ${formatBytes(stats.total_size)} but the scratch volume has ${formatBytes(room)} left; raise the agent's ephemeral-storage`,
+      )
+    }
+    return stats
+  })
+  const restoring = runTool(
+    "restic",
+    [
+      "--no-lock",
+      "--cache-dir",
+      join(ctx.scratch, ".restic-cache"),
+      "restore",
+      ...which,
+      "--target",
+      target,
+      "--verify",
+    ],
+    { env, signal: stop.signal },
+  )
+  const [listed, sized, restored] = await Promise.allSettled([listing, sizing, restoring])
+  // Which failure speaks: too big first (the restore was stopped for it), then the list's (the same
+  // repository, said once), then the restore's own.
+  if (sized.status === "rejected" && stop.signal.aborted) throw sized.reason
+  if (listed.status === "rejected") throw listed.reason
+  if (restored.status === "rejected") throw restored.reason
+
+  let snapshot = chosen
+  if (!snapshot) {
+    const short = restoredShortID(restored.value.stdout)
+    snapshot = short ? listed.value.find((s) => s.id.startsWith(short)) : undefined
+    // A snapshot made between the list and the restore: list again.
+    if (!snapshot && short)
+      snapshot = (await listSnapshots(ctx, spec, env)).find((s) => s.id.startsWith(short))
+  }
+  const recoveryPoint = snapshot
+    ? { id: snapshot.id, time: new Date(snapshot.time).toISOString() }
+    : undefined
+  try {
+    if (restored.value.code !== 0) {
+      const stderr = restored.value.stderr
+      if (!snapshot && /no snapshot found|no matching ID/i.test(stderr))
+        throw new AgentFailure(
+          "SnapshotNotFound",
+          `the repository has no snapshot${filterArgs(spec).length > 0 ? " matching host, tags and paths" : ""}`,
+        )
+      throw new AgentFailure(
+        classifyResticFailure(restored.value.code, stderr),
+        `restic restore: ${lastWords(stderr) || `exit code ${restored.value.code}`}`,
+      )
+    }
+    if (sized.status === "rejected") throw sized.reason
+    if (!snapshot || !recoveryPoint)
+      throw new AgentFailure("RestoreToolFailed", "restic restored a snapshot it does not list")
+    const short = snapshot.short_id ?? snapshot.id.slice(0, 8)
+
     let checked = ""
     if (spec.verify.readDataSubset !== undefined) {
       await restic(ctx, env, ["check", "--read-data-subset", spec.verify.readDataSubset])
@@ -171,7 +236,7 @@ export const restoreRestic = async (ctx: AgentContext, spec: ResticSpec): Promis
     }
   } catch (e) {
     // The chosen point goes with a failure too: "snapshot 4f1c2a9e does not restore" names the backup.
-    if (e instanceof AgentFailure) e.recoveryPoint = recoveryPoint
+    if (e instanceof AgentFailure && recoveryPoint) e.recoveryPoint = recoveryPoint
     throw e
   }
 }

@@ -20,6 +20,8 @@ export interface ToolOptions {
   /** Run as this user (the agent runs as root only in a local fleet; postgres refuses root). */
   readonly uid?: number | undefined
   readonly gid?: number | undefined
+  /** Kills the tool (SIGKILL) when aborted: a restore that turned out not to fit. */
+  readonly signal?: AbortSignal | undefined
 }
 
 /** Runs `command args`, never rejecting for a non-zero exit: the caller reads code and stderr. */
@@ -33,6 +35,12 @@ export const runTool = (command: string, args: ReadonlyArray<string>, options: T
       ...(options.uid !== undefined ? { uid: options.uid } : {}),
       ...(options.gid !== undefined ? { gid: options.gid } : {}),
     })
+    if (options.signal) {
+      const kill = () => child.kill("SIGKILL")
+      if (options.signal.aborted) kill()
+      else options.signal.addEventListener("abort", kill, { once: true })
+      child.once("close", () => options.signal?.removeEventListener("abort", kill))
+    }
     const out: Buffer[] = []
     let outBytes = 0
     let tooLong = false
