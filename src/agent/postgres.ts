@@ -114,8 +114,9 @@ const startServer = async (
   const stop = async () => {
     if (server.exitCode === null && server.signalCode === null) {
       const gone = new Promise((r) => server.once("exit", r))
-      server.kill("SIGINT") // fast shutdown
-      await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))])
+      server.kill("SIGQUIT") // immediate shutdown: the data is thrown away, no checkpoint is owed
+      // The grace timer is unref'd: a server that stopped in time must not keep the agent alive 10 s.
+      await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000).unref())])
       if (server.exitCode === null) server.kill("SIGKILL")
     }
     if (socketDir !== inScratch) await rm(socketDir, { recursive: true, force: true }).catch(() => undefined)
@@ -145,7 +146,7 @@ const startServer = async (
       await stop()
       throw new AgentFailure("RestoreToolFailed", "postgres did not become ready")
     }
-    await new Promise((r) => setTimeout(r, 250))
+    await new Promise((r) => setTimeout(r, 50))
   }
   return { socketDir, tool, stop }
 }

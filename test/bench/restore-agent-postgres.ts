@@ -125,8 +125,10 @@ try {
   const startup = median(raws.map((x) => x.startup))
   const restore = median(raws.map((x) => x.restore))
   const agent = median(agents)
+  // The agent's own start-up (initdb, postgres ready) is not visible from outside; the raw side's
+  // stands for it in the second ratio.
   console.log(
-    `restore-agent postgres: median start-up ${startup.toFixed(2)}s, pg_restore ${restore.toFixed(2)}s, agent ${agent.toFixed(2)}s; agent / (start-up + pg_restore) ${(agent / (startup + restore)).toFixed(3)} (bar 1.10)`,
+    `restore-agent postgres: median start-up ${startup.toFixed(2)}s, pg_restore ${restore.toFixed(2)}s, agent ${agent.toFixed(2)}s; agent / (start-up + pg_restore) ${(agent / (startup + restore)).toFixed(3)}; (agent - start-up) / pg_restore ${((agent - startup) / restore).toFixed(3)} (bar 1.10)`,
   )
 } finally {
   rmSync(work, { recursive: true, force: true })
