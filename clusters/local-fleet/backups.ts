@@ -207,6 +207,21 @@ export const damageResticPacks = (repository: string): number => {
   return damaged
 }
 
+/** A snapshot of a running etcd (its gRPC gateway streams it, as etcdctl snapshot save does) into `file`. */
+export const snapshotOfEtcd = async (client: string, file: string): Promise<string> => {
+  const res = await fetch(`${client}/v3/maintenance/snapshot`, { method: "POST" })
+  if (!res.ok) throw new Error(`etcd snapshot from ${client}: HTTP ${res.status}`)
+  const text = await res.text()
+  const blob = Buffer.concat(
+    text
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => Buffer.from(JSON.parse(line).result?.blob ?? "", "base64")),
+  )
+  writeFileSync(file, blob)
+  return file
+}
+
 /** A snapshot of a fresh etcd holding `keys` (taken through etcd's gRPC gateway, as etcdctl does). */
 export const etcdSnapshot = async (
   spawn: Spawn,
@@ -246,16 +261,7 @@ export const etcdSnapshot = async (
       })
       if (!res.ok) throw new Error(`etcd put ${key}: ${res.status}`)
     }
-    const text = await (await fetch(`${client}/v3/maintenance/snapshot`, { method: "POST" })).text()
-    const blob = Buffer.concat(
-      text
-        .split("\n")
-        .filter(Boolean)
-        .map((line) => Buffer.from(JSON.parse(line).result?.blob ?? "", "base64")),
-    )
-    const file = join(dir, "etcd-snapshot.db")
-    writeFileSync(file, blob)
-    return file
+    return await snapshotOfEtcd(client, join(dir, "etcd-snapshot.db"))
   } finally {
     await proc.stop()
   }

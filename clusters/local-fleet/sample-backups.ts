@@ -1,15 +1,15 @@
 // The backups behind the restore samples (clusters/samples/restores): made for real when `fleetcheck
 // dev` starts, so the dashboard's first real restores prove bytes that restic, etcd and pg_dump wrote.
-// An S3-compatible server on loopback holds a restic repository and an etcd snapshot; the run dir holds
+// An S3-compatible server on loopback holds a restic repository and a snapshot of the fleet's own etcd; the run dir holds
 // a damaged restic repository and a pg_dump archive. The samples' {{name}} placeholders are filled in
 // from `values`; the Secrets they reference are returned for the caller to create.
 import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import {
   damageResticPacks,
-  etcdSnapshot,
   pgDump,
   resticBackup,
+  snapshotOfEtcd,
   startS3Server,
   writeSampleFiles,
 } from "./backups.ts"
@@ -38,12 +38,12 @@ export const makeSampleBackups = async (
   const repository = `s3:${s3.endpoint}/restic/orders-files`
   for (const [i, init] of [true, false, false].entries()) {
     if (i > 0) writeFileSync(join(files, `orders-${i}.csv`), `order,${i}\n`)
-    await resticBackup({ repository, password: "orders-restic", env: s3.env, dir: files, host: "db-1", init })
+    await resticBackup({ repository, password: "pw-orders-c0ffee", env: s3.env, dir: files, host: "db-1", init })
   }
   const damaged = join(dir, "restic-damaged")
   await resticBackup({
     repository: damaged,
-    password: "archive-restic",
+    password: "pw-archive-c0ffee",
     dir: files,
     host: "db-1",
     init: true,
@@ -51,12 +51,9 @@ export const makeSampleBackups = async (
   damageResticPacks(damaged)
   log("sample backups: restic repositories made (one on S3, one damaged on disk)")
 
-  const snapshot = await etcdSnapshot(fleet.spawn, join(fleet.binDir, "etcd"), dir, [
-    "/registry/configmaps/shop/prices",
-    "/registry/configmaps/shop/flags",
-    "/registry/secrets/shop/api-key",
-  ])
-  await s3.putObject("etcd", "snapshots/member.db", readFileSync(snapshot))
+  // The dev fleet's own etcd: every cluster's objects, under /<cluster>/registry/.
+  const snapshot = await snapshotOfEtcd(fleet.etcdUrl, join(dir, "fleet-etcd.db"))
+  await s3.putObject("etcd", "snapshots/dev-fleet.db", readFileSync(snapshot))
   const dump = await pgDump(dir, 1_000, 10 * 60_000)
   log("sample backups: etcd snapshot on S3, pg_dump of orders")
 
@@ -70,8 +67,8 @@ export const makeSampleBackups = async (
       orderFileHashes: JSON.stringify(listed),
     },
     secrets: [
-      { name: "restic-orders", stringData: { RESTIC_PASSWORD: "orders-restic", ...s3.env } },
-      { name: "restic-archive", stringData: { RESTIC_PASSWORD: "archive-restic" } },
+      { name: "restic-orders", stringData: { RESTIC_PASSWORD: "pw-orders-c0ffee", ...s3.env } },
+      { name: "restic-archive", stringData: { RESTIC_PASSWORD: "pw-archive-c0ffee" } },
       { name: "s3-credentials", stringData: { ...s3.env } },
     ],
   }

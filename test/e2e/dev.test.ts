@@ -4,7 +4,7 @@
 // both members and verified, `fleetcheck status` says so with exit 1,
 // and Ctrl-C leaves no process or temporary directory behind.
 import { type ChildProcess, execFile } from "node:child_process"
-import { existsSync, readFileSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { afterAll, describe, expect, it } from "vitest"
 import { startDev } from "../support/dev.ts"
 import { sleep } from "../support/wait.ts"
@@ -53,7 +53,7 @@ describe("fleetcheck dev", () => {
     // The real restores: restic from the local S3 server, a damaged repository, etcd, a pg_dump.
     expect(status.stdout).toMatch(/orders-files-restic\s+True\s+RestoreSucceeded/)
     expect(status.stdout).toMatch(/orders-files-damaged\s+False\s+DataCorrupted/)
-    expect(status.stdout).toMatch(/member-etcd-snapshot\s+True\s+RestoreSucceeded/)
+    expect(status.stdout).toMatch(/dev-fleet-etcd\s+True\s+RestoreSucceeded/)
     expect(status.stdout).toMatch(/orders-db-pgdump\s+True\s+RestoreSucceeded/)
     // The FleetBackupCheck sample, placed by the hub in both members and verified there.
     expect(status.stdout).toMatch(
@@ -64,6 +64,19 @@ describe("fleetcheck dev", () => {
       /fleetcheck-system\/orders-db-cross-region\s+member-1 -> member-2\s+Current\s+True\s+RestoreSucceeded/,
     )
     const page = await (await fetch(`${url}/`)).text()
+    // No credential of the restore samples in any view or log: the fleet API, the dashboard, the
+    // status output, dev's own output and every process log of the fleet (hub, agents, tools).
+    const views = [
+      JSON.stringify(await (await fetch(`${url}/api/v1/fleet`)).json()),
+      page,
+      await (await fetch(`${url}/cluster?name=member-1`)).text(),
+      status.stdout,
+      stdout,
+      ...readdirSync(`${runDir}/logs`).map((f) => readFileSync(`${runDir}/logs/${f}`, "utf8")),
+    ]
+    expect(views.join("\n")).toContain("orders-files-restic") // the logs are there to be searched
+    for (const secret of ["pw-orders-c0ffee", "pw-archive-c0ffee", "fleetcheck-secret"])
+      expect(views.filter((v) => v.includes(secret)).length, `${secret} shows`).toBe(0)
     expect(page).toContain("member-1 → member-2")
     // member-2 is registered the SIG-Multicluster way: a ClusterProfile and the secret-reader plugin.
     const member2 = await (await fetch(`${url}/cluster?name=member-2`)).text()
