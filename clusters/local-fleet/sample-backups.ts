@@ -38,7 +38,14 @@ export const makeSampleBackups = async (
   const repository = `s3:${s3.endpoint}/restic/orders-files`
   for (const [i, init] of [true, false, false].entries()) {
     if (i > 0) writeFileSync(join(files, `orders-${i}.csv`), `order,${i}\n`)
-    await resticBackup({ repository, password: "pw-orders-c0ffee", env: s3.env, dir: files, host: "db-1", init })
+    await resticBackup({
+      repository,
+      password: "pw-orders-c0ffee",
+      env: s3.env,
+      dir: files,
+      host: "db-1",
+      init,
+    })
   }
   const damaged = join(dir, "restic-damaged")
   await resticBackup({
