@@ -101,6 +101,10 @@ export const checksumPattern = /^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[
 // ---------------------------------------------------------------------------------------------------
 // Spec
 
+/** Until a sandboxed agent can have its Secret (ADR 0014 leaves how open), the two are refused together. */
+const sandboxWithRestore =
+  "sandbox is not available with restore yet: the agent reads its credentials Secret in the check's namespace, which a sandbox namespace cannot (docs/adr/0014)"
+
 /**
  * Why a timeout longer than the schedule's shortest interval is refused (ADR 0004): every run could
  * still be active at its next slot, so with Forbid most slots would be skipped and with Replace every
@@ -425,6 +429,9 @@ export const BackupCheckSpecSchema = z
         message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
       })
     }
+    if (spec.restore !== undefined && spec.sandbox !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["sandbox"], message: sandboxWithRestore })
+    }
     if (spec.timeZone !== undefined && spec.schedule === undefined) {
       ctx.addIssue({ code: "custom", path: ["timeZone"], message: "timeZone requires schedule" })
     }
@@ -440,6 +447,12 @@ export const BackupCheckSpecSchema = z
       {
         rule: "has(self.jobTemplate) != has(self.restore)",
         message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
+      },
+      {
+        rule: "!has(self.restore) || !has(self.sandbox)",
+        message: sandboxWithRestore,
+        fieldPath: ".sandbox",
+        reason: "FieldValueForbidden",
       },
       {
         rule: "!has(self.timeZone) || has(self.schedule)",

@@ -209,6 +209,15 @@ describe("BackupCheck controller on a real cluster", () => {
         },
         /readDataSubset/,
       ],
+      [
+        "restore with a sandbox (the agent could not read its Secret there)",
+        (m) => {
+          delete m.spec.jobTemplate
+          m.spec.restore = { restic: { repository: "/r", credentialsSecretRef: { name: "s" } } }
+          m.spec.sandbox = {}
+        },
+        /sandbox is not available with restore yet/,
+      ],
       ["bad cron", (m) => (m.spec.schedule = "every day at 3"), /schedule/i],
       ["bad duration", (m) => (m.spec.timeout = "30 minutes"), /timeout/i],
       ["bad checksum", (m) => (m.spec.backup.checksum = "sha256:xyz"), /checksum/i],

@@ -58,6 +58,12 @@ describe("spec.restore", () => {
     if (!two.success) expect(two.error).toMatch(/exactly one restore method/)
   })
 
+  it("refuses a sandbox with a built-in method, saying why", () => {
+    const sandboxed = parseBackupCheck(checkWith({ restore: { restic }, sandbox: {} }))
+    expect(sandboxed.success).toBe(false)
+    if (!sandboxed.success) expect(sandboxed.error).toMatch(/sandbox is not available with restore yet/)
+  })
+
   it("refuses a postgres method with both or neither source", () => {
     const neither = parseBackupCheck(checkWith({ restore: { postgres: {} } }))
     expect(neither.success).toBe(false)

@@ -310,6 +310,13 @@ describe("CRD schemas are structural", () => {
         message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
       },
       {
+        rule: "!has(self.restore) || !has(self.sandbox)",
+        message:
+          "sandbox is not available with restore yet: the agent reads its credentials Secret in the check's namespace, which a sandbox namespace cannot (docs/adr/0014)",
+        fieldPath: ".sandbox",
+        reason: "FieldValueForbidden",
+      },
+      {
         rule: "!has(self.timeZone) || has(self.schedule)",
         message: "timeZone requires schedule",
         fieldPath: ".timeZone",
