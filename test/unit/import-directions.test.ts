@@ -103,4 +103,22 @@ describe("import directions", () => {
       [],
     )
   })
+
+  it("no import circle in src (type-only imports count: a circle is a knot for the reader too)", () => {
+    const graph = new Map(files("src").map((f) => [f, importsOf(f).filter((t) => t.startsWith("src/"))]))
+    const circles: string[] = []
+    const state = new Map<string, "open" | "done">()
+    const visit = (file: string, path: string[]) => {
+      if (state.get(file) === "done") return
+      if (state.get(file) === "open") {
+        circles.push([...path.slice(path.indexOf(file)), file].join(" → "))
+        return
+      }
+      state.set(file, "open")
+      for (const target of graph.get(file) ?? []) visit(target, [...path, file])
+      state.set(file, "done")
+    }
+    for (const file of graph.keys()) visit(file, [])
+    assert.deepStrictEqual(circles, [])
+  })
 })

@@ -77,6 +77,13 @@ export const hubContextOf = (file: string | undefined, hubContext: string | unde
       })
 
 /** One cluster a command talks to. */
+/** Where the hub reaches a member: what its kubeconfig or ClusterProfile says. */
+export interface MemberEndpoint {
+  readonly server: string
+  readonly caData: string | undefined
+  readonly tlsServerName: string | undefined
+}
+
 export interface Cluster {
   readonly client: KubeClient
   readonly server: string

@@ -25,9 +25,8 @@ import { tokenKey } from "../../clusterprofile/secret-reader.ts"
 import { pathOf } from "../../kube/resources.ts"
 import { defaultPolicy } from "../../kubeconfig/policy.ts"
 import { UsageError } from "./args.ts"
-import { type Cluster, CommandError, fieldManager, q } from "./cluster.ts"
+import { type Cluster, CommandError, fieldManager, type MemberEndpoint, q } from "./cluster.ts"
 import type { Manifest } from "./manifests.ts"
-import type { MemberEndpoint } from "./register.ts"
 
 /** The label a cluster manager puts on its ClusterProfiles (KEP-4322). */
 const clusterManagerLabel = "x-k8s.io/cluster-manager"

@@ -35,6 +35,7 @@ import {
   hubContextOf,
   listOwned,
   loadKubeConfig,
+  type MemberEndpoint,
   openCluster,
   out,
   q,
@@ -55,12 +56,6 @@ import { preflightProfile, providerFileEntry, writeProfile } from "./profile.ts"
 
 // ---------------------------------------------------------------------------------------------------
 // The kubeconfig the hub gets: server, CA data and token inline, one context; never a file path.
-
-export interface MemberEndpoint {
-  readonly server: string
-  readonly caData: string | undefined
-  readonly tlsServerName: string | undefined
-}
 
 const memberEndpoint = (kc: KubeConfig, serverOverride: string | undefined) =>
   Effect.gen(function* () {
