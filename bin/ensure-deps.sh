@@ -8,7 +8,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 if ! cmp -s package-lock.json node_modules/.fleetcheck-lock 2>/dev/null; then
   echo "[deps] installing npm dependencies (npm ci)" >&2
-  npm ci --no-audit --no-fund >&2
+  # npm itself may run on an older Node than the project's own (the `node` package, Node 24): its
+  # EBADENGINE warnings about that are noise, every other line is kept.
+  npm ci --no-audit --no-fund 2>&1 | { grep -v 'npm warn EBADENGINE' || true; } >&2
   cp package-lock.json node_modules/.fleetcheck-lock
 fi
 if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
