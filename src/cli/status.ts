@@ -9,7 +9,7 @@
 import type { RequestOptions } from "node:https"
 import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
-import { type FleetView, FleetViewSchema, isFleetHealthy } from "../api/fleet.ts"
+import { type FleetView, FleetViewSchema, isFleetHealthy, missesObjective } from "../api/fleet.ts"
 import {
   type HubConnection,
   hubConnection,
@@ -19,7 +19,7 @@ import {
   withheldReason,
 } from "./hub-request.ts"
 
-export const statusUsage = `Usage: fleetcheck status [--hub URL] [--hub-ca-file F] [--kubeconfig FILE] [--context NAME] [--cluster NAME] [--failing] [--limit N] [-o table|json]
+export const statusUsage = `Usage: fleetcheck status [--hub URL] [--hub-ca-file F] [--kubeconfig FILE] [--context NAME] [--cluster NAME] [--failing] [--ignore-objectives] [--limit N] [-o table|json]
 
 The fleet at a glance, read from the hub's /api/v1/fleet, page after page.
   --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080); a hub with
@@ -31,10 +31,13 @@ ${hubConnectionUsage}
   --context NAME   the kubeconfig context to use (default its current context)
   --cluster NAME   one member only
   --failing        only checks that are not verified, and clusters that are not healthy
+  --ignore-objectives
+                   exit 0 though a check missed an objective (spec.objectives)
   --limit N        clusters and checks per request (default 500); every page is read
   -o, --output     table (default) or json
 
-Exit codes: 0 every check verified and every cluster healthy; 1 something failing or unknown;
+Exit codes: 0 every check verified, every cluster healthy and no objective missed; 1 something
+failing, unknown or a missed objective;
 3 the hub could not answer truthfully (unreachable, a standby, still syncing, or nonsense).
 `
 
@@ -269,6 +272,7 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
       context: { type: "string" },
       cluster: { type: "string" },
       failing: { type: "boolean", default: false },
+      "ignore-objectives": { type: "boolean", default: false },
       limit: { type: "string", default: "500" },
       output: { type: "string", short: "o", default: "table" },
     },
@@ -301,7 +305,14 @@ export const runStatus = async (args: ReadonlyArray<string>): Promise<number> =>
     return 2
   }
   try {
-    return await readFleet(url, connection, values, values.output === "json", cannotRead)
+    return await readFleet(
+      url,
+      connection,
+      values,
+      values.output === "json",
+      values["ignore-objectives"],
+      cannotRead,
+    )
   } finally {
     connection.close()
   }
@@ -313,6 +324,7 @@ const readFleet = async (
   connection: HubConnection,
   values: { readonly kubeconfig?: string | undefined; readonly context?: string | undefined },
   json: boolean,
+  ignoreObjectives: boolean,
   cannotRead: (why: string) => number,
 ): Promise<number> => {
   const credentials = await credentialsFor(url, connection, values.kubeconfig, values.context)
@@ -346,5 +358,17 @@ const readFleet = async (
     )
     return 3
   }
-  return isFleetHealthy(view) ? 0 : 1
+  return statusExitCode(view, ignoreObjectives)
+}
+
+/**
+ * 0 only when every check is verified, every cluster healthy and, unless the caller said
+ * --ignore-objectives, no check missed an objective: a user who set maxDataAge asked to be told.
+ */
+export const statusExitCode = (
+  view: Pick<FleetView, "clusters" | "checks" | "fleetChecks">,
+  ignoreObjectives: boolean,
+): 0 | 1 => {
+  if (!isFleetHealthy(view)) return 1
+  return !ignoreObjectives && view.checks.some(missesObjective) ? 1 : 0
 }

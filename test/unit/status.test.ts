@@ -7,7 +7,13 @@ import { join } from "node:path"
 import { afterAll, afterEach, assert, beforeAll, describe, it, vi } from "@effect/vitest"
 import type { FleetCheckView, FleetView } from "../../src/api/fleet.ts"
 import { hubConnection } from "../../src/cli/hub-request.ts"
-import { credentialsFor, refusalMessage, renderStatus, runStatus } from "../../src/cli/status.ts"
+import {
+  credentialsFor,
+  refusalMessage,
+  renderStatus,
+  runStatus,
+  statusExitCode,
+} from "../../src/cli/status.ts"
 import { makeAccessReview } from "../../src/hub/access-review.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import { type Availability, startHubHttp } from "../../src/hub/http.ts"
@@ -204,6 +210,14 @@ describe("status with objectives", () => {
     assert.match(text, /LAST SUCCESS\s+OBJECTIVES\s+MESSAGE/)
     assert.match(text, /orders\s+True\s+ValidationSucceeded\s+never\s+restore-time=False data-age=True\s+ok/)
     assert.match(text, /1 check missed an objective/)
+  })
+
+  it("a missed objective is exit 1, unless --ignore-objectives", async () => {
+    assert.strictEqual(statusExitCode(objectivesView(true), false), 1)
+    assert.strictEqual(statusExitCode(objectivesView(true), true), 0)
+    assert.strictEqual(statusExitCode(objectivesView(false), false), 0)
+    // the flag is taken (this hub's fleet has no objectives: 0 with it and without)
+    assert.strictEqual((await run(["--hub", hub, "--ignore-objectives"])).code, 0)
   })
 
   it("is unchanged without objectives", () => {
