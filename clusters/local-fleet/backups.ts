@@ -17,10 +17,10 @@ import {
   writeFileSync,
   writeSync,
 } from "node:fs"
-import { createServer } from "node:net"
 import { homedir } from "node:os"
 import { join } from "node:path"
 import { restoreToolPath } from "./agent-executor.ts"
+import { freePort } from "./fleet.ts"
 import type { ManagedProcess, StartOptions } from "./processes.ts"
 
 type Spawn = (
@@ -46,17 +46,6 @@ const run = (
         else resolve(stdout)
       },
     )
-  })
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const srv = createServer()
-    srv.once("error", reject)
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address()
-      const port = typeof addr === "object" && addr ? addr.port : 0
-      srv.close(() => resolve(port))
-    })
   })
 
 export interface S3Server {

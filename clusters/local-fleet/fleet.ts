@@ -119,7 +119,8 @@ export interface LocalFleet {
 
 const stagesFile = new URL("./kwok-stages.yaml", import.meta.url).pathname
 
-const freePort = (): Promise<number> =>
+/** A loopback TCP port free at the moment of asking. */
+export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
     const srv = createServer()
     srv.once("error", reject)
