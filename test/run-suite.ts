@@ -9,7 +9,7 @@
 // test-results/vitest.json (both runs merged) and a closing line with the totals.
 import { spawn } from "node:child_process"
 import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
-import { join } from "node:path"
+import { join, relative } from "node:path"
 
 const root = new URL("..", import.meta.url).pathname
 const results = join(root, "test-results")
@@ -64,7 +64,7 @@ interface Report {
   numFailedTests: number
   numPendingTests: number
   numTodoTests: number
-  testResults: unknown[]
+  testResults: Array<{ name?: string; startTime?: number; endTime?: number }>
   success: boolean
 }
 const merged: Report = {
@@ -95,6 +95,17 @@ for (const { part, code, log } of finished) {
   }
 }
 writeFileSync(join(results, "vitest.json"), `${JSON.stringify(merged)}\n`)
+// Where the suite's time goes: the 20 slowest files (their own wall time; the parts run side by side).
+const slowest = merged.testResults
+  .map((t) => ({
+    file: relative(process.cwd(), t.name ?? "?"),
+    seconds: ((t.endTime ?? 0) - (t.startTime ?? 0)) / 1000,
+  }))
+  .sort((a, b) => b.seconds - a.seconds)
+  .slice(0, 20)
+process.stdout.write(
+  `\nslowest files:\n${slowest.map((t) => `${t.seconds.toFixed(1).padStart(7)}s  ${t.file}`).join("\n")}\n`,
+)
 process.stdout.write(
   `\n${merged.numPassedTests} passed, ${merged.numFailedTests} failed, ${merged.numPendingTests + merged.numTodoTests} skipped\n`,
 )
