@@ -43,6 +43,11 @@ export const fleetReasons = {
   ClusterUnreachable: "ClusterUnreachable",
   /** Placed checks have not verified their current spec yet. */
   VerificationPending: "VerificationPending",
+  /**
+   * Every placed check verified, but one missed an objective of its spec.objectives (the message names
+   * the clusters and which): not plain green (ADR 0015).
+   */
+  ObjectivesMissed: "ObjectivesMissed",
   /** Being deleted: the placed checks are being removed. */
   Deleting: "Deleting",
   /** A cross-cluster drill failed (the message names the pair, source → target). */
@@ -236,6 +241,11 @@ export const ClusterPlacementSchema = z
       ),
     reason: z.string().max(256).describe("The reason of that status."),
     message: z.string().max(1024).optional().describe("The message of that status."),
+    objectivesMissed: z
+      .array(z.enum(["restoreTime", "dataAge"]))
+      .max(2)
+      .optional()
+      .describe("The placed check's objectives (spec.objectives) that its last run missed."),
     lastSuccessfulTime: TimestampSchema.optional().describe(
       "The placed check's last successful verification.",
     ),

@@ -10,6 +10,7 @@ import type { RequestOptions } from "node:https"
 import { parseArgs } from "node:util"
 import { KubeConfig } from "@kubernetes/client-node"
 import { type FleetView, FleetViewSchema, isFleetHealthy, missesObjective } from "../api/fleet.ts"
+import { fleetReasons } from "../api/fleetbackupcheck.ts"
 import {
   type HubConnection,
   hubConnection,
@@ -369,6 +370,10 @@ export const statusExitCode = (
   view: Pick<FleetView, "clusters" | "checks" | "fleetChecks">,
   ignoreObjectives: boolean,
 ): 0 | 1 => {
-  if (!isFleetHealthy(view)) return 1
+  // --ignore-objectives covers FleetBackupChecks whose only fault is a missed objective too.
+  const fleetChecks = ignoreObjectives
+    ? view.fleetChecks?.filter((f) => f.verified.reason !== fleetReasons.ObjectivesMissed)
+    : view.fleetChecks
+  if (!isFleetHealthy({ ...view, fleetChecks })) return 1
   return !ignoreObjectives && view.checks.some(missesObjective) ? 1 : 0
 }

@@ -11,6 +11,7 @@ import {
   isCurrent,
   isPlacedBy,
   placedCheckOf,
+  placedEntry,
   placedObject,
   unverifiedEntry,
 } from "../../src/hub/placement/plan.ts"
@@ -166,6 +167,32 @@ describe("Placed and FleetVerified", () => {
       status: "Unknown",
       reason: "VerificationPending",
     })
+  })
+
+  it("every cluster verified but one missed an objective: False ObjectivesMissed naming it; failing and unknown beat it", () => {
+    const missed = { ...placed("m2", "True"), objectivesMissed: ["dataAge" as const] }
+    const c = conds([placed("m1", "True"), missed])
+    assert.include(c.FleetVerified, { status: "False", reason: "ObjectivesMissed" })
+    assert.match(c.FleetVerified!.message, /objectives missed in m2 \(data age, maxDataAge\)/)
+    assert.include(conds([placed("m1", "False", "RestoreFailed"), missed]).FleetVerified, {
+      reason: "ChecksFailing",
+    })
+    assert.include(conds([placed("m1", "Unknown", "GenerationNotVerified"), missed]).FleetVerified, {
+      status: "Unknown",
+    })
+    // From the placed check's view: the objectives it missed.
+    const view = {
+      cluster: "m2",
+      namespace: "shop",
+      name: "orders",
+      status: "True" as const,
+      reason: "RestoreSucceeded",
+      message: "ok",
+      objectives: { restoreTime: "True" as const, dataAge: "False" as const },
+    }
+    const check = { metadata: { name: "orders", namespace: "shop" }, spec: {} } as never
+    assert.deepStrictEqual(placedEntry("m2", view, check).objectivesMissed, ["dataAge"])
+    assert.notProperty(placedEntry("m2", { ...view, objectives: undefined }, check), "objectivesMissed")
   })
 
   it("a conflict or refusal is False; nothing selected is False; a removing cluster does not count", () => {

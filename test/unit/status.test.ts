@@ -216,6 +216,18 @@ describe("status with objectives", () => {
     assert.strictEqual(statusExitCode(objectivesView(true), false), 1)
     assert.strictEqual(statusExitCode(objectivesView(true), true), 0)
     assert.strictEqual(statusExitCode(objectivesView(false), false), 0)
+    // a FleetBackupCheck whose only fault is a missed objective: 1, and 0 with the flag
+    const fleetMissed = {
+      ...objectivesView(false),
+      fleetChecks: [
+        (() => {
+          const f = fleetCheckView("orders", "False", [{ name: "m1", status: "True" }])
+          return { ...f, verified: { ...f.verified, reason: "ObjectivesMissed" } }
+        })(),
+      ],
+    }
+    assert.strictEqual(statusExitCode(fleetMissed, false), 1)
+    assert.strictEqual(statusExitCode(fleetMissed, true), 0)
     // the flag is taken (this hub's fleet has no objectives: 0 with it and without)
     assert.strictEqual((await run(["--hub", hub, "--ignore-objectives"])).code, 0)
   })

@@ -103,17 +103,22 @@ export const isCurrent = (check: BackupCheck, want: PlacedCheck): boolean => {
   return parsed.success && stableJson(parsed.data.spec) === stableJson(want.spec)
 }
 
+const objectiveName = (o: "restoreTime" | "dataAge") =>
+  o === "restoreTime" ? "restore time, maxRestoreDuration" : "data age, maxDataAge"
+
 const bounded = (s: string, max = 1024) => (s.length > max ? `${s.slice(0, max - 1)}…` : s)
 
 /** A cluster entry whose verdict comes from its placed check's view (the fleet rules, fleet.ts). */
 export const placedEntry = (cluster: string, view: CheckView, check: BackupCheck): ClusterPlacement => {
   const run = check.status?.lastRun
+  const missed = (["restoreTime", "dataAge"] as const).filter((o) => view.objectives?.[o] === "False")
   return {
     name: cluster,
     placement: "Placed",
     verified: view.status,
     reason: bounded(view.reason, 256),
     ...(view.message ? { message: bounded(view.message) } : {}),
+    ...(missed.length > 0 ? { objectivesMissed: missed } : {}),
     ...(view.lastSuccessfulTime ? { lastSuccessfulTime: view.lastSuccessfulTime } : {}),
     ...(run
       ? {
@@ -245,6 +250,7 @@ export const fleetConditions = (
   const failing = placed.filter((e) => e.verified === "False")
   const unknown = selected.filter((e) => e.verified === "Unknown")
   const unreachable = unknown.filter((e) => e.reason === "ClusterUnreachable")
+  const missedObjectives = placed.filter((e) => (e.objectivesMissed?.length ?? 0) > 0)
   const verifiedCondition =
     failing.length > 0 || failedPlacement.length > 0
       ? cond(
@@ -267,11 +273,23 @@ export const fleetConditions = (
             unreachable.length > 0 ? fleetReasons.ClusterUnreachable : fleetReasons.VerificationPending,
             `${selected.length - unknown.length} of ${selected.length} selected clusters verified; unknown: ${detail(unknown)}`,
           )
-        : cond(
-            FleetVerified,
-            "True",
-            fleetReasons.AllVerified,
-            `verified in all ${selected.length} selected clusters`,
-          )
+        : missedObjectives.length > 0
+          ? cond(
+              FleetVerified,
+              "False",
+              fleetReasons.ObjectivesMissed,
+              `verified in all ${selected.length} selected clusters; objectives missed in ${missedObjectives
+                .slice(0, 5)
+                .map((e) => `${e.name} (${(e.objectivesMissed ?? []).map(objectiveName).join(", ")})`)
+                .join(
+                  "; ",
+                )}${missedObjectives.length > 5 ? `; and ${missedObjectives.length - 5} more` : ""}`,
+            )
+          : cond(
+              FleetVerified,
+              "True",
+              fleetReasons.AllVerified,
+              `verified in all ${selected.length} selected clusters`,
+            )
   return [placedCondition, verifiedCondition]
 }
