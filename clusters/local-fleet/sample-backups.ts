@@ -3,6 +3,7 @@
 // An S3-compatible server on loopback holds a restic repository and a snapshot of the fleet's own etcd; the run dir holds
 // a damaged restic repository and a pg_dump archive. The samples' {{name}} placeholders are filled in
 // from `values`; the Secrets they reference are returned for the caller to create.
+import { spawn } from "node:child_process"
 import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import {
@@ -24,10 +25,23 @@ export interface SampleBackups {
   readonly secrets: ReadonlyArray<{ readonly name: string; readonly stringData: Record<string, string> }>
 }
 
+const installScript = new URL("../../config/install-restore-tools.sh", import.meta.url).pathname
+
+/** The tools the backups are made with, installed when missing (a first `fleetcheck dev` on a fresh clone). */
+const ensureRestoreTools = () =>
+  new Promise<void>((resolve, reject) => {
+    const child = spawn("bash", [installScript], { stdio: ["ignore", "inherit", "inherit"] })
+    child.once("error", reject)
+    child.once("exit", (code) =>
+      code === 0 ? resolve() : reject(new Error(`config/install-restore-tools.sh exited with ${code}`)),
+    )
+  })
+
 export const makeSampleBackups = async (
   fleet: LocalFleet,
   log: (line: string) => void,
 ): Promise<SampleBackups> => {
+  await ensureRestoreTools()
   const dir = join(fleet.runDir, "sample-backups")
   const s3 = await startS3Server(fleet.spawn, "sample-s3")
   await s3.createBucket("restic")
