@@ -184,7 +184,7 @@ const installCrd = async (cluster: LocalCluster, what: string, plural: string) =
  * `kubectl wait --for=condition=Established`, again while it fails within 30 s: on a loaded machine it
  * can read the CRD before the API server gave it any condition, and then fails at once.
  */
-const establishedWithin = async (cluster: LocalCluster, what: string, crd: string) => {
+export const establishedWithin = async (cluster: LocalCluster, what: string, crd: string) => {
   const deadline = Date.now() + 30_000
   for (;;) {
     const r = await cluster.kubectl(["wait", "--for=condition=Established", crd, "--timeout=30s"])

@@ -24,6 +24,7 @@ export {
   startFleet,
 } from "./fleet.ts"
 export {
+  establishedWithin,
   installFleetcheck,
   type PreparedSamples,
   type PrepareFleetOptions,

@@ -2,7 +2,12 @@
 // kwok): the CRD's validation, every verdict, new runs, deletion, scale, two engines at once, an engine
 // killed mid-run, an apiserver restart, and hostile input.
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type LocalCluster, type LocalFleet, startFleet } from "../../clusters/local-fleet/index.ts"
+import {
+  establishedWithin,
+  type LocalCluster,
+  type LocalFleet,
+  startFleet,
+} from "../../clusters/local-fleet/index.ts"
 import { jobNameFor, runIDForTime, traceparentFor } from "../../src/reconcile/run-identity.ts"
 import { type RunningEngine, startEngine } from "../support/engine.ts"
 import { sumOf } from "../support/prometheus-text.ts"
@@ -132,13 +137,8 @@ describe("BackupCheck controller on a real cluster", () => {
     c = fleet.cluster("member")
     const applied = await c.kubectl(["apply", "--server-side", "-f", crdFile])
     expect(applied.code, applied.stderr).toBe(0)
-    const est = await c.kubectl([
-      "wait",
-      "--for=condition=Established",
-      "crd/backupchecks.fleetcheck.io",
-      "--timeout=30s",
-    ])
-    expect(est.code, est.stderr).toBe(0)
+    // kubectl wait fails at once when it reads the CRD before it has any condition: again within 30 s.
+    await establishedWithin(c, "BackupCheck CRD", "crd/backupchecks.fleetcheck.io")
     expect((await c.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
     // Created now, checked at the end: a schedule needs wall-clock minutes to show new runs.
     await create(

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   barmanBackup,
   damageResticPacks,
+  establishedWithin,
   etcdSnapshot,
   type LocalCluster,
   type LocalFleet,
@@ -75,12 +76,7 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     c = fleet.cluster("member")
     const applied = await c.kubectl(["apply", "--server-side", "-f", crdFile])
     expect(applied.code, applied.stderr).toBe(0)
-    await c.kubectl([
-      "wait",
-      "--for=condition=Established",
-      "crd/backupchecks.fleetcheck.io",
-      "--timeout=30s",
-    ])
+    await establishedWithin(c, "BackupCheck CRD", "crd/backupchecks.fleetcheck.io")
     expect((await c.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
 
     // The backups, made by the tools themselves.
