@@ -56,20 +56,21 @@ export const classifyResticFailure = (code: number, stderr: string): AgentFailur
   return "RestoreToolFailed"
 }
 
+/** Every restic call: read-only (no lock), its cache in scratch. */
+const resticArgs = (ctx: AgentContext, args: ReadonlyArray<string>): string[] => [
+  "--no-lock",
+  "--cache-dir",
+  join(ctx.scratch, ".restic-cache"),
+  ...args,
+]
+
 const restic = async (
   ctx: AgentContext,
   env: NodeJS.ProcessEnv,
   args: ReadonlyArray<string>,
   max?: number,
 ) => {
-  const r = await runTool(
-    "restic",
-    ["--no-lock", "--cache-dir", join(ctx.scratch, ".restic-cache"), ...args],
-    {
-      env,
-      maxStdoutBytes: max,
-    },
-  )
+  const r = await runTool("restic", resticArgs(ctx, args), { env, maxStdoutBytes: max })
   if (r.code !== 0) {
     const reason = classifyResticFailure(r.code, r.stderr)
     throw new AgentFailure(reason, `restic ${args[0]}: ${lastWords(r.stderr) || `exit code ${r.code}`}`)
@@ -149,17 +150,11 @@ export const restoreRestic = async (ctx: AgentContext, spec: ResticSpec): Promis
   })
   const restoring = runTool(
     "restic",
-    [
-      "--no-lock",
-      "--cache-dir",
-      join(ctx.scratch, ".restic-cache"),
-      "restore",
-      ...which,
-      "--target",
-      target,
-      "--verify",
-    ],
-    { env, signal: stop.signal },
+    resticArgs(ctx, ["restore", ...which, "--target", target, "--verify"]),
+    {
+      env,
+      signal: stop.signal,
+    },
   )
   const [listed, sized, restored] = await Promise.allSettled([listing, sizing, restoring])
   // Which failure speaks: too big first (the restore was stopped for it), then the list's (the same
