@@ -1,9 +1,13 @@
 // Audit evidence (issue 12, ADR 0009): every check's runs in a period, from the run history the checks
-// keep (status.history), with pass rate, restore durations against the objective, last success,
-// staleness and the longest gap without a successful verification. One zod schema for the hub's
-// answer (/api/v1/report) and `fleetcheck report`, and one pure builder, so the numbers are tested
-// without a cluster and every reader computes them alike.
+// keep (status.history), with pass rate, restore durations and data ages against the objectives, last
+// success, staleness and the longest gap without a successful verification (from the check's creation
+// when it was created in the period), and whether the history covers the whole period. One zod schema
+// for the hub's answer (/api/v1/report) and `fleetcheck report`, and one pure builder, so the numbers
+// are tested without a cluster and every reader computes them alike.
 import * as z from "zod"
+// A run's data age is measured as DataAgeObjectiveMet measures it: one pure function, no cycle
+// (objectives.ts reads only src/api's types and syntax).
+import { measureRun } from "../reconcile/objectives.ts"
 import type { BackupCheck, LastRun } from "./backupcheck.ts"
 import { conditionStatuses } from "./condition.ts"
 import { durationPattern, parseDuration } from "./syntax.ts"
@@ -28,6 +32,13 @@ export const ReportRunSchema = z.object({
   /** The deciding phase's reason (the validation's when it ran). */
   reason: z.string().optional(),
   restoreSeconds: z.number().optional(),
+  /** The newest record in the restored data as the run reported it (the validation's, else the restore's). */
+  dataTimestamp: z.string().optional(),
+  /**
+   * How old the restored data was when the run ended (completionTime minus dataTimestamp), in seconds;
+   * absent when the run reported no dataTimestamp.
+   */
+  dataAgeSeconds: z.number().optional(),
   traceID: z.string().optional(),
 })
 export type ReportRun = z.output<typeof ReportRunSchema>
@@ -47,15 +58,35 @@ export const ReportCheckSchema = z.object({
   passRate: z.number().nullable(),
   restoreSeconds: z.object({ min: z.number(), median: z.number(), max: z.number() }).optional(),
   maxRestoreDuration: z.string().optional(),
-  /** Runs whose restore took longer than maxRestoreDuration. */
+  /** Runs whose restore took longer than maxRestoreDuration (succeeded or not, as RestoreTimeObjectiveMet). */
   restoreObjectiveMissed: z.number(),
+  maxDataAge: z.string().optional(),
+  /**
+   * Successful runs whose data was older than maxDataAge when they ended (as DataAgeObjectiveMet: a
+   * failed run proves no data age, a run without a dataTimestamp is not measured); 0 without maxDataAge.
+   */
+  dataAgeObjectiveMissed: z.number(),
   lastSuccessfulTime: z.string().optional(),
   /** Seconds from the last success to the report's end; absent without any success. */
   stalenessSeconds: z.number().optional(),
-  /** The longest time in the period without a successful verification, in seconds. */
+  /** metadata.creationTimestamp: when the check was created. */
+  creationTimestamp: z.string().optional(),
+  /**
+   * The longest time without a successful verification, in seconds, between the later of the period's
+   * start and the check's creation and the period's end (time before the check existed is no gap).
+   */
   longestGapSeconds: z.number(),
-  /** True when the period starts before the oldest run the check's history still holds. */
+  /**
+   * True when the check's history is full (historyLimit runs) and its oldest run started after the
+   * period began: runs of the period may have been dropped.
+   */
   historyTruncated: z.boolean(),
+  /**
+   * True only when the runs above are every run the check had in the whole period: the history is not
+   * truncated, and the check existed when the period began (one created later cannot cover the time
+   * before it existed). A check without a readable creationTimestamp counts as existing at the start.
+   */
+  historyComplete: z.boolean(),
 })
 export type ReportCheck = z.output<typeof ReportCheckSchema>
 
@@ -71,6 +102,7 @@ export const ReportSchema = z.object({
     failed: z.number(),
     passRate: z.number().nullable(),
     restoreObjectiveMissed: z.number(),
+    dataAgeObjectiveMissed: z.number(),
     checksWithoutSuccess: z.number(),
   }),
   checks: z.array(ReportCheckSchema),
@@ -136,9 +168,11 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
     const t = ms(r.startTime)
     return r.result !== "Running" && t >= start && t <= end
   })
-  const runs: ReportRun[] = inPeriod.map((r) => {
+  const measures = inPeriod.map(measureRun)
+  const runs: ReportRun[] = inPeriod.map((r, i) => {
     const deciding = r.phases?.at(-1)
     const restoreSeconds = restoreSecondsOf(r)
+    const { dataTimestamp, dataAgeMs } = measures[i]!
     return {
       runID: r.runID,
       ...(r.backupName !== undefined ? { backupName: r.backupName } : {}),
@@ -147,6 +181,8 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
       result: r.result === "Succeeded" ? "Succeeded" : "Failed",
       ...(deciding?.reason !== undefined ? { reason: deciding.reason } : {}),
       ...(restoreSeconds !== undefined ? { restoreSeconds } : {}),
+      ...(dataTimestamp !== undefined ? { dataTimestamp } : {}),
+      ...(dataAgeMs !== undefined ? { dataAgeSeconds: Math.round(dataAgeMs / 1000) } : {}),
       ...(r.traceID !== undefined ? { traceID: r.traceID } : {}),
     }
   })
@@ -161,19 +197,38 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
     typeof maxRestoreMs === "number"
       ? runs.filter((r) => r.restoreSeconds !== undefined && r.restoreSeconds * 1000 > maxRestoreMs).length
       : 0
-  // Gaps: between the period's edges and every successful completion inside it.
+  const maxAge = check.spec?.objectives?.maxDataAge
+  const maxAgeMs = maxAge === undefined ? undefined : parseDuration(maxAge)
+  // Compared in milliseconds, as the condition compares them (the seconds shown are rounded).
+  const dataAgeObjectiveMissed =
+    typeof maxAgeMs === "number"
+      ? inPeriod.filter((r, i) => {
+          const age = measures[i]!.dataAgeMs
+          return r.result === "Succeeded" && age !== undefined && age > maxAgeMs
+        }).length
+      : 0
+  // The check's lifetime in the period starts at the later of the period's start and its creation.
+  const createdAt = ms(check.metadata.creationTimestamp)
+  const createdInPeriod = Number.isFinite(createdAt) && createdAt > start
+  const from = createdInPeriod ? Math.min(createdAt, end) : start
+  // Gaps: between the lifetime's edges and every successful completion inside the period (a completion
+  // stamped before the creation, by a skewed clock, counts as at the creation).
   const successes = runs
     .filter((r) => r.result === "Succeeded")
     .map((r) => ms(r.completionTime))
     .filter((t) => Number.isFinite(t) && t >= start && t <= end)
+    .map((t) => Math.max(t, from))
     .sort((a, b) => a - b)
-  const points = [start, ...successes, end]
+  const points = [from, ...successes, end]
   let longestGap = 0
   for (let i = 1; i < points.length; i++)
     longestGap = Math.max(longestGap, seconds(points[i - 1]!, points[i]!))
   const lastSuccess = check.status?.lastSuccessfulTime
   const oldest = history.at(-1)
   const limit = check.spec?.historyLimit ?? 0
+  // A full history whose oldest run started after the period began may have dropped runs in it.
+  const historyTruncated = history.length >= limit && oldest !== undefined && ms(oldest.startTime) > start
+  const created = check.metadata.creationTimestamp
   return {
     cluster: input.cluster,
     namespace: check.metadata.namespace,
@@ -189,13 +244,16 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
       : {}),
     ...(maxRestore !== undefined ? { maxRestoreDuration: maxRestore } : {}),
     restoreObjectiveMissed,
+    ...(maxAge !== undefined ? { maxDataAge: maxAge } : {}),
+    dataAgeObjectiveMissed,
     ...(lastSuccess !== undefined ? { lastSuccessfulTime: lastSuccess } : {}),
     ...(lastSuccess !== undefined && Number.isFinite(ms(lastSuccess))
       ? { stalenessSeconds: seconds(ms(lastSuccess), end) }
       : {}),
+    ...(typeof created === "string" ? { creationTimestamp: created } : {}),
     longestGapSeconds: longestGap,
-    // A full history whose oldest run started after the period began may have dropped runs in it.
-    historyTruncated: history.length >= limit && oldest !== undefined && ms(oldest.startTime) > start,
+    historyTruncated,
+    historyComplete: !historyTruncated && !createdInPeriod,
   }
 }
 
@@ -221,6 +279,7 @@ export const buildReport = (inputs: ReadonlyArray<ReportInput>, start: number, e
       failed: runs - passed,
       passRate: runs === 0 ? null : passed / runs,
       restoreObjectiveMissed: checks.reduce((n, c) => n + c.restoreObjectiveMissed, 0),
+      dataAgeObjectiveMissed: checks.reduce((n, c) => n + c.dataAgeObjectiveMissed, 0),
       checksWithoutSuccess: checks.filter((c) => c.passed === 0).length,
     },
     checks,

@@ -1,6 +1,7 @@
 // `fleetcheck report`: audit evidence for a period, read from the hub's /api/v1/report: every check's
-// runs, pass rate, restore durations against the objective, last success, staleness and the longest
-// gap, under a header naming the controls it is evidence for. Markdown, CSV or JSON.
+// runs, pass rate, restore durations and data ages against the objectives, last success, staleness, the
+// longest gap and whether the history covers the period, under a header naming the controls it is
+// evidence for. Markdown, CSV or JSON.
 import { parseArgs } from "node:util"
 import { type Report, ReportSchema } from "../api/report.ts"
 import { formatDuration } from "../api/syntax.ts"
@@ -10,8 +11,10 @@ import { credentialsFor, refusalMessage, terminalSafe } from "./status.ts"
 export const reportUsage = `Usage: fleetcheck report --since D [--hub URL] [--hub-ca-file F] [--kubeconfig F] [--context C] [--cluster NAME] [--format md|csv|json]
 
 Audit evidence for a period, from the hub's /api/v1/report: every BackupCheck's runs (from its
-status.history), pass rate, restore durations against spec.objectives.maxRestoreDuration, last
-success, staleness and the longest gap without a successful verification.
+status.history), pass rate, restore durations against spec.objectives.maxRestoreDuration, the
+restored data's age against spec.objectives.maxDataAge, last success, staleness, the longest gap
+without a successful verification (since the check's creation when it was created in the period),
+and whether its history covers the whole period.
   --since D        start of the period: days (30d), a Go duration (72h) or an RFC 3339 time
   --hub URL        the hub (default $FLEETCHECK_HUB_URL, else http://127.0.0.1:8080); a hub with
                    --secure-serving is https://
@@ -29,6 +32,19 @@ const dur = (s: number | undefined) => (s === undefined ? "" : formatDuration(s 
 /** Markdown table cells: member-controlled text loses pipes and line breaks. */
 const cell = (s: string) => terminalSafe(s).replace(/\|/g, "\\|").replace(/\s+/g, " ")
 
+/** "yes", or "no" with why the runs shown may not be all of the period's. */
+export const historyCompleteText = (r: Report, c: Report["checks"][number]): string => {
+  if (c.historyComplete) return "yes"
+  const created = c.creationTimestamp
+  const why = [
+    c.historyTruncated ? "history limit" : "",
+    created !== undefined && Date.parse(created) > Date.parse(r.since)
+      ? `check created ${cell(created)}, after the period start`
+      : "",
+  ].filter((w) => w !== "")
+  return why.length === 0 ? "no" : `no (${why.join("; ")})`
+}
+
 export const renderMarkdown = (r: Report): string => {
   const lines = [
     "# Backup restore verification report",
@@ -38,13 +54,13 @@ export const renderMarkdown = (r: Report): string => {
     "Evidence for:",
     ...r.controls.map((c) => `- ${c.id}: ${c.title}`),
     "",
-    `${r.totals.checks} checks, ${r.totals.runs} runs: ${r.totals.passed} passed, ${r.totals.failed} failed (pass rate ${pct(r.totals.passRate)}); ${r.totals.restoreObjectiveMissed} restores over their time objective; ${r.totals.checksWithoutSuccess} checks without a successful run in the period.`,
+    `${r.totals.checks} checks, ${r.totals.runs} runs: ${r.totals.passed} passed, ${r.totals.failed} failed (pass rate ${pct(r.totals.passRate)}); ${r.totals.restoreObjectiveMissed} restores over their time objective; ${r.totals.dataAgeObjectiveMissed} verified runs whose data was older than their age objective; ${r.totals.checksWithoutSuccess} checks without a successful run in the period.`,
     "",
-    "| Cluster | Namespace | Check | Backup | Verified now | Runs | Passed | Failed | Pass rate | Restore min / median / max | Objective | Over objective | Last success | Staleness | Longest gap | History complete |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| Cluster | Namespace | Check | Backup | Verified now | Runs | Passed | Failed | Pass rate | Restore min / median / max | Restore objective | Over restore objective | Data-age objective | Over data-age objective | Last success | Staleness | Longest gap | History complete |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ...r.checks.map(
       (c) =>
-        `| ${cell(c.cluster)} | ${cell(c.namespace)} | ${cell(c.name)} | ${cell(c.backup)} | ${c.verified} | ${c.runs.length} | ${c.passed} | ${c.failed} | ${pct(c.passRate)} | ${c.restoreSeconds ? `${dur(c.restoreSeconds.min)} / ${dur(c.restoreSeconds.median)} / ${dur(c.restoreSeconds.max)}` : ""} | ${c.maxRestoreDuration ?? ""} | ${c.restoreObjectiveMissed} | ${c.lastSuccessfulTime ?? "never"} | ${dur(c.stalenessSeconds)} | ${dur(c.longestGapSeconds)} | ${c.historyTruncated ? "no (history limit)" : "yes"} |`,
+        `| ${cell(c.cluster)} | ${cell(c.namespace)} | ${cell(c.name)} | ${cell(c.backup)} | ${c.verified} | ${c.runs.length} | ${c.passed} | ${c.failed} | ${pct(c.passRate)} | ${c.restoreSeconds ? `${dur(c.restoreSeconds.min)} / ${dur(c.restoreSeconds.median)} / ${dur(c.restoreSeconds.max)}` : ""} | ${c.maxRestoreDuration ?? ""} | ${c.restoreObjectiveMissed} | ${c.maxDataAge ?? ""} | ${c.dataAgeObjectiveMissed} | ${c.lastSuccessfulTime ?? "never"} | ${dur(c.stalenessSeconds)} | ${dur(c.longestGapSeconds)} | ${historyCompleteText(r, c)} |`,
     ),
     "",
   ]
@@ -58,7 +74,10 @@ const csvCell = (v: string | number | boolean | null | undefined) => {
   return /[",\n\r]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe
 }
 
-/** One row per run (the evidence), with its check's columns; a check without runs has one empty row. */
+/**
+ * One row per run (the evidence), with its check's columns; a check without runs has one empty row. The
+ * data-age columns come last, so the earlier columns keep their positions.
+ */
 export const renderCsv = (r: Report): string => {
   const header = [
     "cluster",
@@ -75,6 +94,9 @@ export const renderCsv = (r: Report): string => {
     "restore_seconds",
     "max_restore_duration",
     "trace_id",
+    "data_timestamp",
+    "data_age_seconds",
+    "max_data_age",
   ]
   const rows = r.checks.flatMap((c) => {
     const base = [c.cluster, c.namespace, c.name, c.backup, c.verified]
@@ -88,6 +110,9 @@ export const renderCsv = (r: Report): string => {
       run?.restoreSeconds,
       c.maxRestoreDuration,
       run?.traceID,
+      run?.dataTimestamp,
+      run?.dataAgeSeconds,
+      c.maxDataAge,
     ]
     return c.runs.length === 0 ? [[...base, ...tail()]] : c.runs.map((run) => [...base, ...tail(run)])
   })

@@ -206,6 +206,7 @@ describe("restore drills on a real cluster", () => {
     ])
     expect(report.checks[0]!.lastSuccessfulTime).toBe(obj.status.lastSuccessfulTime)
     expect(report.checks[0]!.historyTruncated).toBe(true)
+    expect(report.checks[0]!.historyComplete).toBe(false)
     // A lowered limit trims at once, without a new run; 0 removes the field.
     await patchSpec("history", { historyLimit: 1 })
     await waitUntil(
@@ -409,6 +410,24 @@ describe("restore drills on a real cluster", () => {
     expect(objective(offTarget, "DataAgeObjectiveMet").message).toMatch(
       /restored data was \d+h\d+m\d+s old \(newest record 2026-11-01T00:00:00Z\), over the objective 1h/,
     )
+    // The audit report counts the data-age miss the condition reports, from the checks' histories; both
+    // were created in this 30-day period, so their history cannot cover it and the gaps start there.
+    const audit = buildReport(
+      [onTarget, offTarget].map((check) => ({ cluster: "member", check, verified: "True" as const })),
+      Date.now() - 30 * 86_400_000,
+      Date.now(),
+    )
+    expect(audit.checks.map((x) => [x.name, x.maxDataAge, x.dataAgeObjectiveMissed])).toEqual([
+      ["off-target", "1h", 1],
+      ["on-target", "1h", 0],
+    ])
+    expect(audit.totals.dataAgeObjectiveMissed).toBe(1)
+    for (const x of audit.checks) {
+      expect(x.creationTimestamp).toBeDefined()
+      expect(x.historyComplete).toBe(false)
+      expect(x.longestGapSeconds).toBeLessThan(600)
+    }
+    expect(audit.checks[0]!.runs[0]!.dataTimestamp).toBe("2026-11-01T00:00:00Z")
     // Converged: the objective conditions are written once, not on every reconcile.
     const rv = (await get("off-target")).metadata.resourceVersion
     await new Promise((r) => setTimeout(r, 2_500))

@@ -107,6 +107,7 @@ describe("buildReport", () => {
       failed: 2,
       passRate: 0.8,
       restoreObjectiveMissed: 1,
+      dataAgeObjectiveMissed: 0,
       checksWithoutSuccess: 1,
     })
     assert.deepStrictEqual(
@@ -129,6 +130,111 @@ describe("buildReport", () => {
     )
     const r = buildReport([{ cluster: "m1", check: full, verified: "True" }], end - 30 * day, end)
     assert.isTrue(r.checks[0]!.historyTruncated)
+    assert.isFalse(r.checks[0]!.historyComplete)
+    assert.include(renderMarkdown(r), "| no (history limit) |")
+  })
+
+  it("counts runs whose data was older than maxDataAge, as DataAgeObjectiveMet measures it", () => {
+    /** A run d days back whose validation saw data `age` hours old when the run completed. */
+    const aged = (d: number, result: "Succeeded" | "Failed", age?: number): LastRun => {
+      const r = run(d, result)
+      const done = Date.parse(r.completionTime!)
+      return {
+        ...r,
+        phases: [
+          ...r.phases!,
+          {
+            name: "validation",
+            result,
+            reason: result === "Succeeded" ? "ValidationSucceeded" : "ValidationFailed",
+            startTime: r.phases![0]!.completionTime,
+            completionTime: r.completionTime,
+            ...(age !== undefined ? { dataTimestamp: iso(done - age * 3_600_000) } : {}),
+          },
+        ],
+      }
+    }
+    const fresh = checkWith(
+      "fresh",
+      // day 1: 2 h old (met); day 2: 30 h old (missed); day 3: 30 h old but failed (proves no age);
+      // day 4: no dataTimestamp (not measured); day 5: exactly 26 h (met: at most the objective).
+      [
+        aged(1, "Succeeded", 2),
+        aged(2, "Succeeded", 30),
+        aged(3, "Failed", 30),
+        aged(4, "Succeeded"),
+        aged(5, "Succeeded", 26),
+      ],
+      { objectives: { maxDataAge: "26h" } },
+    )
+    const r = buildReport(
+      [
+        { cluster: "m1", check: fresh, verified: "True" },
+        { cluster: "m1", check: orders, verified: "True" },
+      ],
+      end - 30 * day,
+      end,
+    )
+    assert.isTrue(ReportSchema.safeParse(r).success)
+    const f = r.checks.find((c) => c.name === "fresh")!
+    assert.strictEqual(f.maxDataAge, "26h")
+    assert.strictEqual(f.dataAgeObjectiveMissed, 1)
+    assert.deepStrictEqual(
+      f.runs.map((x) => x.dataAgeSeconds),
+      [2 * 3600, 30 * 3600, 30 * 3600, undefined, 26 * 3600],
+    )
+    assert.strictEqual(f.runs[1]!.dataTimestamp, iso(Date.parse(f.runs[1]!.completionTime!) - 30 * 3_600_000))
+    // orders sets no maxDataAge: nothing missed, no objective shown.
+    const o = r.checks.find((c) => c.name === "orders")!
+    assert.deepStrictEqual([o.maxDataAge, o.dataAgeObjectiveMissed], [undefined, 0])
+    assert.strictEqual(r.totals.dataAgeObjectiveMissed, 1)
+    const md = renderMarkdown(r)
+    assert.include(md, "1 verified runs whose data was older than their age objective")
+    assert.match(md, /\| fresh \| fresh-backup \|[^\n]*\| {2}\| 0 \| 26h \| 1 \|/)
+    const csv = renderCsv(r).trim().split("\n")
+    const day2 = csv.find((l) => l.includes(",s2,") && l.startsWith("m1,shop,fresh,"))!
+    assert.isTrue(day2.endsWith(`,${f.runs[1]!.dataTimestamp},${30 * 3600},26h`), day2)
+  })
+
+  it("measures gaps and history from the check's creation when it was created in the period", () => {
+    const created = (c: BackupCheck, t: number): BackupCheck => ({
+      ...c,
+      metadata: { ...c.metadata, creationTimestamp: iso(t) },
+    })
+    // Created two minutes before the end, no run yet: a 2-minute gap, not 30 days.
+    const young = created(checkWith("young", []), end - 120_000)
+    // Created 5 days back; successes on days 3 and 1: the longest gap is creation → day 3 (2 days).
+    const newer = created(
+      checkWith(
+        "newer",
+        [1, 3].map((d) => run(d, "Succeeded", 60)),
+      ),
+      end - 5 * day,
+    )
+    // Created long before the period: the period's start still bounds the gap, the history is complete.
+    const old = created(orders, end - 100 * day)
+    const r = buildReport(
+      [young, newer, old].map((check) => ({ cluster: "m1", check, verified: "True" as const })),
+      end - 30 * day,
+      end,
+    )
+    const by = (name: string) => r.checks.find((c) => c.name === name)!
+    assert.deepStrictEqual(
+      [by("young").longestGapSeconds, by("young").historyTruncated, by("young").historyComplete],
+      [120, false, false],
+    )
+    assert.strictEqual(by("young").creationTimestamp, iso(end - 120_000))
+    assert.deepStrictEqual(
+      [by("newer").longestGapSeconds, by("newer").historyComplete],
+      [2 * 86_400 + 65, false],
+    )
+    assert.deepStrictEqual(
+      [by("orders").longestGapSeconds, by("orders").historyComplete],
+      [20 * 86_400 + 75, true],
+    )
+    const md = renderMarkdown(r)
+    assert.include(md, `| 2m0s | no (check created ${iso(end - 120_000)}, after the period start) |`)
+    assert.match(md, /\| orders \|[^\n]*\| yes \|\n/)
   })
 
   it("parses --since as days, Go durations or a time, within a year", () => {
@@ -167,7 +273,7 @@ describe("buildReport", () => {
     assert.strictEqual(csv.length, 1 + 11)
     assert.strictEqual(
       csv[0],
-      "cluster,namespace,check,backup,verified_now,run_id,run_backup,start_time,completion_time,result,reason,restore_seconds,max_restore_duration,trace_id",
+      "cluster,namespace,check,backup,verified_now,run_id,run_backup,start_time,completion_time,result,reason,restore_seconds,max_restore_duration,trace_id,data_timestamp,data_age_seconds,max_data_age",
     )
     assert.include(csv[1]!, `"'=HYPERLINK(""x""),|a"`)
   })
