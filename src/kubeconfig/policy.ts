@@ -54,7 +54,10 @@ export const defaultPolicy: KubeconfigPolicy = {
   allowInsecureSkipTlsVerify: false,
 }
 
-/** Every reason a Secret is refused; all match metav1.Condition's reason pattern. */
+/**
+ * Every reason a Secret is refused; all match metav1.Condition's reason pattern. A kubeconfig refused
+ * for several reasons reports the first of them in the order of refusalOrder below, and lists all.
+ */
 export const kubeconfigRefusalReasons = {
   KubeconfigMissing: "KubeconfigMissing",
   KubeconfigInvalid: "KubeconfigInvalid",
@@ -64,6 +67,10 @@ export const kubeconfigRefusalReasons = {
   AuthProviderRefused: "AuthProviderRefused",
   FilePathRefused: "FilePathRefused",
   InsecureSkipTLSVerifyRefused: "InsecureSkipTLSVerifyRefused",
+  /** A plain http:// server: credentials would travel in clear text, whatever the policy allows. */
+  PlaintextServerRefused: "PlaintextServerRefused",
+  /** A server URL with a path, query or fragment: one cluster must have one URL (SPEC §12). */
+  ServerURLRefused: "ServerURLRefused",
   ContextAmbiguous: "ContextAmbiguous",
   ContextNotFound: "ContextNotFound",
   ClusterNotFound: "ClusterNotFound",
@@ -73,6 +80,29 @@ export const kubeconfigRefusalReasons = {
   NamespacesInvalid: "NamespacesInvalid",
 } as const
 export type KubeconfigRefusalReason = (typeof kubeconfigRefusalReasons)[keyof typeof kubeconfigRefusalReasons]
+
+/**
+ * Which reason a kubeconfig with several refusals shows: what cannot be read at all first, then what
+ * would put the hub or its credentials at risk, then what it cannot honour, then what is missing.
+ */
+export const refusalOrder: ReadonlyArray<KubeconfigRefusalReason> = [
+  "KubeconfigMissing",
+  "KubeconfigInvalid",
+  "PlaintextServerRefused",
+  "ExecPluginRefused",
+  "AuthProviderRefused",
+  "FilePathRefused",
+  "InsecureSkipTLSVerifyRefused",
+  "ServerURLRefused",
+  "KubeconfigUnsupported",
+  "ContextAmbiguous",
+  "ContextNotFound",
+  "ClusterNotFound",
+  "UserNotFound",
+  "CredentialsMissing",
+  "CredentialsExpired",
+  "NamespacesInvalid",
+]
 
 export interface KubeconfigAccepted {
   readonly ok: true
@@ -103,8 +133,11 @@ export interface KubeconfigAccepted {
 
 export interface KubeconfigRefused {
   readonly ok: false
+  /** The first of `reasons` in refusalOrder. */
   readonly reason: KubeconfigRefusalReason
-  /** Names the Secret and the offending fields; never contains credential values. */
+  /** Every reason found, in refusalOrder, each once. */
+  readonly reasons: ReadonlyArray<KubeconfigRefusalReason>
+  /** Names the Secret and the offending fields, every refusal found; never contains credential values. */
   readonly message: string
 }
 
@@ -199,7 +232,7 @@ class Refusal extends Data.TaggedError("KubeconfigRefusal")<{
   readonly message: string
 }> {}
 
-/** Builds a Refusal; the check prefixes the Secret's name. */
+/** Builds a Refusal; checkKubeconfig prefixes the Secret's name. */
 type Refuse = (reason: KubeconfigRefusalReason, message: string) => Refusal
 
 /** Names come from the Secret: quote them, escape control characters and keep messages short. */
@@ -345,32 +378,56 @@ const duplicateName = (items: ReadonlyArray<{ readonly name: string }>): string 
 // The check
 
 export const checkKubeconfig = (input: KubeconfigCheckInput): KubeconfigCheck => {
+  const secret = `${input.kind ?? "Secret"} ${q(input.secretName)}`
   try {
-    const result = check(input)
-    return result instanceof Refusal ? { ok: false, reason: result.reason, message: result.message } : result
+    const found: Refusal[] = []
+    const result = check(input, found)
+    if (result instanceof Refusal) found.push(result)
+    if (result === undefined || result instanceof Refusal) return refusedFor(secret, found)
+    return result
   } catch {
     // A defect or a library throwing on odd input: refuse without echoing the error (it may quote data).
     return {
       ok: false,
       reason: kubeconfigRefusalReasons.KubeconfigInvalid,
-      message: `${input.kind ?? "Secret"} ${q(input.secretName)}: the kubeconfig could not be checked`,
+      reasons: [kubeconfigRefusalReasons.KubeconfigInvalid],
+      message: `${secret}: the kubeconfig could not be checked`,
     }
   }
 }
 
-const check = (input: KubeconfigCheckInput): KubeconfigAccepted | Refusal => {
+/** Every refusal found, in refusalOrder: the first one's reason, all of their messages. */
+const refusedFor = (secret: string, found: ReadonlyArray<Refusal>): KubeconfigRefused => {
+  const rank = (r: Refusal) => refusalOrder.indexOf(r.reason)
+  const sorted = [...found].sort((a, b) => rank(a) - rank(b))
+  const first = sorted[0]
+  if (first === undefined) throw new Error("refusedFor without a refusal")
+  const reasons = [...new Set(sorted.map((r) => r.reason))]
+  const message =
+    sorted.length === 1
+      ? `${secret}: ${first.message}`
+      : `${secret}: refused for ${sorted.length} reasons: ${sorted.map((r) => `${r.message} (${r.reason})`).join("; ")}`
+  return { ok: false, reason: first.reason, reasons, message }
+}
+
+/**
+ * The checks in order. What stops reading the kubeconfig (no data, not YAML, no context) is returned;
+ * refusals that leave the rest checkable (the namespaces annotation, the cluster's, the user's) go into
+ * `found` and checking goes on, so one refusal never hides another. Undefined: see `found`.
+ */
+const check = (input: KubeconfigCheckInput, found: Refusal[]): KubeconfigAccepted | Refusal | undefined => {
   const { policy, now } = input
-  const secret = `${input.kind ?? "Secret"} ${q(input.secretName)}`
   const R = kubeconfigRefusalReasons
-  const refuse: Refuse = (reason, message) => new Refusal({ reason, message: `${secret}: ${message}` })
+  const refuse: Refuse = (reason, message) => new Refusal({ reason, message })
 
   // 1. Namespaces annotation: independent of the kubeconfig, and cheap.
   let namespaces: string[] | undefined
   const nsValue = input.annotations?.[namespacesAnnotation]
   if (nsValue !== undefined) {
     const parsed = parseNamespaces(nsValue)
-    if (!parsed.ok) return refuse(R.NamespacesInvalid, `annotation ${namespacesAnnotation} ${parsed.message}`)
-    namespaces = parsed.namespaces
+    if (!parsed.ok)
+      found.push(refuse(R.NamespacesInvalid, `annotation ${namespacesAnnotation} ${parsed.message}`))
+    else namespaces = parsed.namespaces
   }
 
   // 2. The data key: strict base64, bounded, UTF-8.
@@ -502,9 +559,10 @@ const check = (input: KubeconfigCheckInput): KubeconfigAccepted | Refusal => {
   }
   // Only the chosen entries are checked further: nothing else from the Secret is ever loaded.
   const cluster = checkCluster(clusterEntry.cluster, `clusters[${q(clusterName)}].cluster`, policy, refuse)
-  if (cluster instanceof Refusal) return cluster
+  if (Array.isArray(cluster)) found.push(...cluster)
   const user = checkUser(userEntry.user ?? {}, `users[${q(userName)}].user`, policy, refuse)
-  if (user instanceof Refusal) return user
+  if (user instanceof Refusal) found.push(user)
+  if (Array.isArray(cluster) || user instanceof Refusal || found.length > 0) return undefined
 
   // 6. Expiry, from what the kubeconfig itself carries (exec and auth-provider tokens are unknown here).
   const tokenExpiry = user.token !== undefined ? jwtExpiry(user.token) : undefined
@@ -624,13 +682,58 @@ const parseCert = (data: string, field: string, refuse: Refuse): X509Certificate
   }
 }
 
+/**
+ * What is wrong with a server URL (the URL itself is never echoed: it might carry userinfo). One cluster
+ * has one URL: a path (a proxy's, or a suffix the server ignores), a query or a fragment would let one
+ * API server pass for two registrations, so they are refused (ServerURLRefused).
+ */
+const serverProblems = (server: string, at: string, refuse: Refuse): Refusal[] => {
+  const R = kubeconfigRefusalReasons
+  const u = parseUrl(server)
+  if (u === undefined) return [refuse(R.KubeconfigInvalid, `${at}.server is not a URL`)]
+  const problems: Refusal[] = []
+  // Plain http sends the credentials in clear text: never, whatever the policy allows.
+  if (u.protocol === "http:") {
+    problems.push(
+      refuse(
+        R.PlaintextServerRefused,
+        `${at}.server uses plain http, which is never accepted (credentials would travel in clear ` +
+          "text); use https",
+      ),
+    )
+  } else if (u.protocol !== "https:")
+    problems.push(refuse(R.KubeconfigInvalid, `${at}.server must be an https URL`))
+  if (u.hostname === "") problems.push(refuse(R.KubeconfigInvalid, `${at}.server has no host`))
+  if (u.username !== "" || u.password !== "") {
+    problems.push(refuse(R.KubeconfigInvalid, `${at}.server must not carry credentials in the URL`))
+  }
+  const parts = [
+    u.pathname !== "/" && u.pathname !== "" ? "a path" : undefined,
+    u.search !== "" || server.includes("?") ? "a query" : undefined,
+    u.hash !== "" || server.includes("#") ? "a fragment" : undefined,
+  ].filter((p) => p !== undefined)
+  if (parts.length > 0) {
+    problems.push(
+      refuse(
+        R.ServerURLRefused,
+        `${at}.server has ${parts.join(" and ")}; give the API server as https://host[:port] only`,
+      ),
+    )
+  }
+  return problems
+}
+
+/** The chosen cluster's fields, or every refusal they earn (independent ones are all reported). */
 const checkCluster = (fields: ClusterFields, at: string, policy: KubeconfigPolicy, refuse: Refuse) => {
   const R = kubeconfigRefusalReasons
+  const problems: Refusal[] = []
   // The hub's client talks to the server directly (src/kube/client.ts); a proxy would be bypassed.
   if (orUndefined(fields["proxy-url"]) !== undefined) {
-    return refuse(
-      R.KubeconfigUnsupported,
-      `${at}.proxy-url is not supported: the hub connects to member API servers directly`,
+    problems.push(
+      refuse(
+        R.KubeconfigUnsupported,
+        `${at}.proxy-url is not supported: the hub connects to member API servers directly`,
+      ),
     )
   }
   const caFile = checkFilePath(
@@ -639,45 +742,32 @@ const checkCluster = (fields: ClusterFields, at: string, policy: KubeconfigPolic
     policy,
     refuse,
   )
-  if (caFile instanceof Refusal) return caFile
+  if (caFile instanceof Refusal) problems.push(caFile)
   const caData = orUndefined(fields["certificate-authority-data"])
   const skipTLSVerify = fields["insecure-skip-tls-verify"] === true
   if (skipTLSVerify && !policy.allowInsecureSkipTlsVerify) {
-    return refuse(
-      R.InsecureSkipTLSVerifyRefused,
-      `${at}.insecure-skip-tls-verify is true, ${policyHint("allowInsecureSkipTlsVerify")}`,
+    problems.push(
+      refuse(
+        R.InsecureSkipTLSVerifyRefused,
+        `${at}.insecure-skip-tls-verify is true, ${policyHint("allowInsecureSkipTlsVerify")}`,
+      ),
     )
   }
   // client-go refuses this pair too: which of the two was meant is anybody's guess.
   if (skipTLSVerify && (caData !== undefined || caFile !== undefined)) {
-    return refuse(
-      R.KubeconfigInvalid,
-      `${at} sets insecure-skip-tls-verify together with a certificate-authority; keep one of them`,
+    problems.push(
+      refuse(
+        R.KubeconfigInvalid,
+        `${at} sets insecure-skip-tls-verify together with a certificate-authority; keep one of them`,
+      ),
     )
   }
-  // The URL is not echoed: it might carry userinfo.
-  const u = parseUrl(fields.server)
-  if (u === undefined) return refuse(R.KubeconfigInvalid, `${at}.server is not a URL`)
-  // Plain http sends the credentials in clear text: never, whatever the policy allows.
-  if (u.protocol === "http:") {
-    return refuse(
-      R.InsecureSkipTLSVerifyRefused,
-      `${at}.server uses plain http, which is never accepted (credentials would travel in clear ` +
-        "text); use https",
-    )
-  }
-  if (u.protocol !== "https:") return refuse(R.KubeconfigInvalid, `${at}.server must be an https URL`)
-  if (u.hostname === "") return refuse(R.KubeconfigInvalid, `${at}.server has no host`)
-  if (u.username !== "" || u.password !== "") {
-    return refuse(R.KubeconfigInvalid, `${at}.server must not carry credentials in the URL`)
-  }
-  if (u.search !== "" || u.hash !== "") {
-    return refuse(R.KubeconfigInvalid, `${at}.server must not have a query or fragment`)
-  }
+  problems.push(...serverProblems(fields.server, at, refuse))
   if (caData !== undefined) {
     const ca = parseCert(caData, `${at}.certificate-authority-data`, refuse)
-    if (ca instanceof Refusal) return ca
+    if (ca instanceof Refusal) problems.push(ca)
   }
+  if (problems.length > 0 || caFile instanceof Refusal) return problems
   const tlsServerName = orUndefined(fields["tls-server-name"])
   // client-node strips one trailing slash too; keep the server exactly as it will be used.
   const server = fields.server.replace(/\/$/, "")

@@ -463,8 +463,8 @@ describe("credential rotation without a relist", () => {
       const c = cond(await memberCluster("capi-b-kubeconfig"), "CredentialsValid")
       return c?.status === "False" ? c : undefined
     })
-    expect(refused.reason).toBe("InsecureSkipTLSVerifyRefused")
-    expect(await eventsOf("capi-b-kubeconfig", "InsecureSkipTLSVerifyRefused")).toBe(1)
+    expect(refused.reason).toBe("PlaintextServerRefused")
+    expect(await eventsOf("capi-b-kubeconfig", "PlaintextServerRefused")).toBe(1)
   }, 120_000)
 
   it("exec plugins that fail, hang or print garbage (kubeconfig or provider file): bounded, reported without their output", async () => {

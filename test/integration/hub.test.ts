@@ -343,6 +343,10 @@ describe("hub with three members", () => {
       "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [-c, id]",
     )
     const file = good.replace(/certificate-authority-data: .*/, "certificate-authority: /etc/passwd")
+    // The same API server under a path it ignores would pass for a second member: refused.
+    const withPath = good.replace(/server: (.*)/, "server: $1/extra")
+    // Several refusals at once: none hides another (plain http first, then the exec plugin, the path).
+    const several = exec.replace(/server: https:(.*)/, "server: http:$1/extra")
     const cases: Array<[string, any, string, string]> = [
       [
         "bad-garbage",
@@ -358,6 +362,8 @@ describe("hub with three members", () => {
       ],
       ["bad-exec", secretFor("bad-exec", exec), "CredentialsValid", "ExecPluginRefused"],
       ["bad-file", secretFor("bad-file", file), "CredentialsValid", "FilePathRefused"],
+      ["bad-path", secretFor("bad-path", withPath), "CredentialsValid", "ServerURLRefused"],
+      ["bad-several", secretFor("bad-several", several), "CredentialsValid", "PlaintextServerRefused"],
       ["bad-token", secretFor("bad-token", withToken), "CredentialsValid", "Unauthorized"],
       ["bad-ca", secretFor("bad-ca", withCa), "Connected", "ProbeFailed"],
       ["bad-address", secretFor("bad-address", unreachable), "Connected", "ProbeFailed"],
@@ -374,6 +380,10 @@ describe("hub with three members", () => {
       expect(JSON.stringify(mc)).not.toContain(fleet.cluster("m1").adminToken)
       expect(JSON.stringify(mc)).not.toContain("wrong-token-0000")
     }
+    const severalMessage = cond(await memberCluster("bad-several"), "CredentialsValid").message
+    expect(severalMessage).toContain("refused for 3 reasons")
+    for (const words of ["plain http", ".exec runs a command", "has a path"])
+      expect(severalMessage).toContain(words)
     const events = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
       .body.items as any[]
     expect(events.some((e) => e.reason === "ExecPluginRefused" && e.regarding.name === "bad-exec")).toBe(true)

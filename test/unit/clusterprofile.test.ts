@@ -136,7 +136,7 @@ describe("checkClusterProfile", () => {
         profile([access("second", { "certificate-authority-data": undefined })]),
         "CertificateAuthorityMissing",
       ],
-      [profile([access("second", { server: "http://member-a.example" })]), "InsecureSkipTLSVerifyRefused"],
+      [profile([access("second", { server: "http://member-a.example" })]), "PlaintextServerRefused"],
       [profile([access("second", { "proxy-url": "http://proxy:3128" })]), "KubeconfigUnsupported"],
       [profile([access("second", { "certificate-authority": "/etc/ca.crt" })]), "FilePathRefused"],
       [{ kind: "ClusterProfile", metadata: {} }, "ClusterProfileInvalid"],

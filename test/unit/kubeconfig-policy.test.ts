@@ -15,6 +15,7 @@ import {
   kubeconfigRefusalReasons,
   maxKubeconfigBytes,
   parseNamespaces,
+  refusalOrder,
 } from "../../src/kubeconfig/policy.ts"
 
 // Throwaway self-signed material made with openssl for these tests only (see fixtures/README.md).
@@ -173,10 +174,29 @@ describe("checkKubeconfig: a good kubeconfig", () => {
     assert.strictEqual(ok.kubeConfig.getCurrentCluster()?.server, server)
   })
 
-  it("keeps a server path prefix (API proxies such as Rancher's)", () => {
-    const prefixed = "https://rancher.example/k8s/clusters/c-m-1"
-    const ok = accepted(run(kubeconfig({ clusters: [cluster("member", { server: prefixed })] })))
-    assert.strictEqual(ok.server, prefixed)
+  it("refuses a server URL with a path, query or fragment: one API server must not pass for two members", () => {
+    // A path the server ignores (or a proxy's, such as Rancher's) would let one cluster register twice.
+    for (const server of [
+      "https://rancher.example/k8s/clusters/c-m-1",
+      "https://member-1.example:6443/extra",
+      "https://member-1.example/?x=1",
+      "https://member-1.example/?",
+      "https://member-1.example/#frag",
+    ]) {
+      const message = refused(
+        run(kubeconfig({ clusters: [cluster("member", { server })] })),
+        R.ServerURLRefused,
+      )
+      assert.include(message, "https://host[:port] only", server)
+      assert.notInclude(message, server, "the URL itself is never echoed")
+    }
+    // One trailing slash is no path.
+    assert.strictEqual(
+      accepted(
+        run(kubeconfig({ clusters: [cluster("member", { server: "https://member-1.example:6443/" })] })),
+      ).server,
+      "https://member-1.example:6443",
+    )
   })
 
   it("passes impersonation (as) and basic auth through to client-node", async () => {
@@ -607,17 +627,16 @@ describe("checkKubeconfig: policy", () => {
 
   it("requires an https server with a host; plain http never, not even when insecure is allowed", () => {
     const http = withCluster({ server: "http://member-1.example:8080" })
-    assert.include(refused(run(http), R.InsecureSkipTLSVerifyRefused), "plain http")
+    assert.include(refused(run(http), R.PlaintextServerRefused), "plain http")
     const stillRefused = refused(
       run(http, { policy: { allowInsecureSkipTlsVerify: true } }),
-      R.InsecureSkipTLSVerifyRefused,
+      R.PlaintextServerRefused,
     )
     assert.include(stillRefused, "plain http")
     assert.notInclude(stillRefused, "allowInsecureSkipTlsVerify")
     refused(run(withCluster({ server: "ftp://member-1.example" })), R.KubeconfigInvalid)
     refused(run(withCluster({ server: "member-1.example:6443" })), R.KubeconfigInvalid)
     refused(run(withCluster({ server: "not a url" })), R.KubeconfigInvalid)
-    refused(run(withCluster({ server: "https://member-1.example/?x=1" })), R.KubeconfigInvalid)
     const userinfo = refused(
       run(withCluster({ server: "https://admin:SENTINEL-pw@member-1.example" })),
       R.KubeconfigInvalid,
@@ -634,6 +653,51 @@ describe("checkKubeconfig: policy", () => {
     refused(run(withUser({ token, "as-uid": "1" })), R.KubeconfigUnsupported)
     refused(run(withUser({ token, "as-user-extra": { scopes: ["a"] } })), R.KubeconfigUnsupported)
     accepted(run(withUser({ token, "as-groups": [] })))
+  })
+})
+
+describe("checkKubeconfig: several refusals", () => {
+  it("reports every refusal: the reason is the first in refusalOrder, the message lists them all", () => {
+    const result = run(
+      kubeconfig({
+        clusters: [
+          cluster("member", { server: "http://member-1.example/sub", "proxy-url": "http://proxy:3128" }),
+        ],
+        users: [userOnly("hub", { exec: { apiVersion: "client.authentication.k8s.io/v1", command: "aws" } })],
+      }),
+      { annotations: { [namespacesAnnotation]: "" } },
+    )
+    if (result.ok) return assert.fail("accepted")
+    assert.strictEqual(result.reason, R.PlaintextServerRefused)
+    assert.deepStrictEqual(result.reasons, [
+      R.PlaintextServerRefused,
+      R.ExecPluginRefused,
+      R.ServerURLRefused,
+      R.KubeconfigUnsupported,
+      R.NamespacesInvalid,
+    ])
+    assert.include(result.message, 'Secret "member-1": refused for 5 reasons: ')
+    for (const words of [
+      "plain http",
+      ".exec runs a command",
+      "has a path",
+      "proxy-url",
+      namespacesAnnotation,
+    ])
+      assert.include(result.message, words)
+    assert.strictEqual(
+      result.message.indexOf('Secret "member-1"'),
+      result.message.lastIndexOf('Secret "member-1"'),
+    )
+    assertNoSecrets(result.message)
+  })
+
+  it("keeps one refusal's message as it was, and orders reasons whatever order the checks ran in", () => {
+    const one = run(kubeconfig({ clusters: [cluster("member", { server: "http://member-1.example" })] }))
+    if (one.ok) return assert.fail("accepted")
+    assert.deepStrictEqual(one.reasons, [R.PlaintextServerRefused])
+    assert.notInclude(one.message, "reasons")
+    assert.sameMembers([...refusalOrder], Object.values(R), "every reason has its place in the order")
   })
 })
 
