@@ -88,6 +88,13 @@ export const MemberClusterStatusSchema = z
         "The registering ClusterProfile's status.properties (first 128, names and values bounded); what a FleetBackupCheck's propertySelector matches.",
       ),
     conditions: ConditionsSchema.optional(),
+    clusterID: z
+      .string()
+      .max(64)
+      .optional()
+      .describe(
+        "What the cluster says it is: its kube-system namespace UID (as the About API's cluster.clusterset.k8s.io ClusterProperty). Two registrations of one cluster ID with overlapping scopes: the earlier works, the later is Ready=False DuplicateMember.",
+      ),
     kubernetesVersion: z
       .string()
       .max(64)

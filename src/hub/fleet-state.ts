@@ -63,6 +63,10 @@ export interface MemberEntry {
   properties?: ReadonlyArray<{ readonly name: string; readonly value: string }> | undefined
   /** Why the Secret was refused (no engine runs then). */
   refused?: { reason: string; message: string }
+  /** What the cluster says it is: its kube-system namespace UID, once read (SPEC §12). */
+  clusterID?: string | undefined
+  /** The earlier registration of the same cluster ID this one duplicates: its engine does no work. */
+  duplicateOf?: { readonly name: string; readonly clusterID: string } | undefined
   engineRunning: boolean
   synced: boolean
   syncError?: string
@@ -133,6 +137,11 @@ export const unseenBecause = (m: MemberEntry): { reason: string; message: string
   const ownerless = m.ownerless?.()
   if (ownerless) return ownerless
   if (!m.engineRunning) return { reason: "ClusterUnreachable", message: "no engine runs for this member" }
+  if (m.duplicateOf)
+    return {
+      reason: "DuplicateMember",
+      message: `this cluster is worked through registration ${m.duplicateOf.name}`,
+    }
   if (m.probe.connected !== true)
     return {
       reason: "ClusterUnreachable",
@@ -352,20 +361,27 @@ export const memberConditions = (m: MemberEntry, checks: ReadonlyArray<CheckView
   const ownerless = m.ownerless?.()
   const ready = ownerless
     ? cond("Ready", "False", ownerless.reason, ownerless.message)
-    : !m.engineRunning
-      ? cond("Ready", "False", "EngineStopped", "no engine runs for this member")
-      : denied
-        ? cond("Ready", "False", denied.reason, denied.message)
-        : !m.synced
-          ? cond(
-              "Ready",
-              "False",
-              m.syncError ? "CacheSyncTimeout" : "Syncing",
-              m.syncError ?? "waiting for caches to sync",
-            )
-          : m.catchingUp
-            ? cond("Ready", "False", "CatchingUp", "reachable again; waiting for the caches to resume")
-            : cond("Ready", "True", "CachesSynced", "engine running with synced caches")
+    : m.duplicateOf
+      ? cond(
+          "Ready",
+          "False",
+          "DuplicateMember",
+          `${m.duplicateOf.name} registered the same cluster (kube-system UID ${m.duplicateOf.clusterID}) earlier; this registration does no work until ${m.duplicateOf.name} is removed`,
+        )
+      : !m.engineRunning
+        ? cond("Ready", "False", "EngineStopped", "no engine runs for this member")
+        : denied
+          ? cond("Ready", "False", denied.reason, denied.message)
+          : !m.synced
+            ? cond(
+                "Ready",
+                "False",
+                m.syncError ? "CacheSyncTimeout" : "Syncing",
+                m.syncError ?? "waiting for caches to sync",
+              )
+            : m.catchingUp
+              ? cond("Ready", "False", "CatchingUp", "reachable again; waiting for the caches to resume")
+              : cond("Ready", "True", "CachesSynced", "engine running with synced caches")
   const unseen = unseenBecause(m)
   const verified = unseen
     ? cond("BackupsVerified", "Unknown", unseen.reason, `${counts.total} checks; ${unseen.message}`)
@@ -411,6 +427,7 @@ export const memberClusterStatus = (
     ...(m.properties && m.properties.length > 0 ? { properties: [...m.properties] } : {}),
     conditions,
     counts: countChecks(checks),
+    ...(m.clusterID ? { clusterID: m.clusterID } : {}),
     ...(m.probe.kubernetesVersion ? { kubernetesVersion: m.probe.kubernetesVersion } : {}),
     ...(m.probe.lastProbeTime ? { lastProbeTime: toKubeTime(m.probe.lastProbeTime) } : {}),
   }
@@ -595,6 +612,7 @@ export const fleetView = (
       labels: m.labels,
       conditions,
       counts: countChecks(views),
+      ...(m.clusterID ? { clusterID: m.clusterID } : {}),
       ...(m.probe.kubernetesVersion ? { kubernetesVersion: m.probe.kubernetesVersion } : {}),
       ...(m.probe.lastProbeTime ? { lastProbeTime: toKubeTime(m.probe.lastProbeTime) } : {}),
       ...(m.source ? { source: m.source } : {}),

@@ -33,6 +33,7 @@ import {
 } from "../reconcile/backupcheck-reconciler.ts"
 import { type CachedJob, cachedJob } from "../reconcile/cached-job.ts"
 import { sandboxCheckKey, sandboxCheckUid } from "../reconcile/sandbox.ts"
+import type { IdentityClaim } from "./registration/cluster-identity.ts"
 import type { MemberFence } from "./sharding/shards.ts"
 
 export interface MemberEngineOptions {
@@ -77,6 +78,11 @@ export interface MemberEngineOptions {
    * a scope closed when the term ends; the caches stay between terms. Unset: one term, the engine's life.
    */
   readonly whileOwned?: MemberFence["whileOwned"]
+  /**
+   * One engine per real cluster (registration/cluster-identity.ts): the workers start once no earlier
+   * registration of the same cluster ID works there, and stop when one appears. Unset: no such wait.
+   */
+  readonly identity?: Pick<IdentityClaim, "awaitSole" | "awaitRival" | "setWorking"> | undefined
   /** A LIST/WATCH of this member failed: a faster sign of a dead member than the next probe. */
   readonly onWatchFailure: (error: KubeError) => void
   /** A throttled request to the member is sent again (kube/client.ts throttleRetryWaitMs), for the metrics. */
@@ -302,9 +308,22 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     options.whileOwned ??
     ((work: (n: number) => Effect.Effect<void, never, Scope.Scope>) =>
       Effect.andThen(Effect.scoped(Effect.andThen(work(1), Effect.never)), Effect.never))
+  const { identity } = options
   yield* Effect.gen(function* () {
     yield* awaitSynced
-    yield* whileOwned(term)
+    if (identity === undefined) return yield* whileOwned(term)
+    for (let demoted = false; ; demoted = true) {
+      yield* identity.awaitSole
+      // Keys interrupted when a rival stopped this engine's workers were dropped: queue them again.
+      if (demoted) yield* requeueAll
+      identity.setWorking(true)
+      // An earlier registration of this cluster appeared: stop working (raceFirst waits for the
+      // workers' interruption), then wait until it is gone.
+      yield* whileOwned(term).pipe(
+        Effect.raceFirst(identity.awaitRival),
+        Effect.ensuring(Effect.sync(() => identity.setWorking(false))),
+      )
+    }
   }).pipe(Effect.forkScoped)
   // Registered after the work's fork, so it runs first: the queue drains while the workers still run.
   yield* Effect.addFinalizer(() => drain)

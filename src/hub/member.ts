@@ -33,6 +33,7 @@ import {
 } from "./fleet-state.ts"
 import type { CredentialFeed } from "./member-credential.ts"
 import { type MemberEngine, startMemberEngine } from "./member-engine.ts"
+import type { ClusterIdentities, IdentityClaim } from "./registration/cluster-identity.ts"
 import type { MemberFence } from "./sharding/shards.ts"
 import { newsOf, sameExceptProbeTime } from "./status-news.ts"
 import type { StatusTicker } from "./status-ticker.ts"
@@ -84,6 +85,8 @@ export interface MemberDeps {
    */
   readonly fence: MemberFence
   readonly userAgent: string
+  /** The hub's registry of cluster identities: one engine works a real cluster (cluster-identity.ts). */
+  readonly identities?: ClusterIdentities | undefined
 }
 
 export interface MemberSpec {
@@ -96,6 +99,10 @@ export interface MemberSpec {
   readonly execClusterConfig?: unknown
   /** Records an Event when the exec plugin stops producing credentials (once per distinct failure). */
   readonly onExecPluginFailed: (message: string) => Effect.Effect<void>
+  /** The registering object's creationTimestamp: of two registrations of one cluster, the earlier works. */
+  readonly created?: string | undefined
+  /** Records an Event when this registration turns out to duplicate an earlier one of the same cluster. */
+  readonly onDuplicate?: ((message: string) => Effect.Effect<void>) | undefined
 }
 
 const memberClusterPath = (name: string, subresource?: string) =>
@@ -518,6 +525,77 @@ const watchFailureOf = (
   return undefined
 }
 
+/** A UID as the API server writes it: a bounded, printable value, never anything else into status. */
+const uidPattern = /^[0-9a-zA-Z-]{1,64}$/
+/** Backoff of the identity read while the member does not answer: 1 s doubling to 30 s. */
+const identifyBackoff = { baseMs: 1_000, maxMs: 30_000 }
+
+/**
+ * Asks the member who it is (the kube-system namespace UID), records it, and then follows the registry:
+ * while an earlier registration of the same cluster exists, this one is a duplicate (shown on its
+ * MemberCluster, its workers stopped by the engine). An identity that may not read kube-system (a
+ * registration scoped to namespaces) leaves the cluster unidentified: duplicates are then found by
+ * URL and CA only.
+ */
+const identifyCluster = Effect.fnUntraced(function* (
+  engine: MemberEngine,
+  entry: MemberEntry,
+  claim: IdentityClaim,
+  onDuplicate: ((message: string) => Effect.Effect<void>) | undefined,
+  viewsChanged: () => void,
+) {
+  for (let delay = identifyBackoff.baseMs; ; delay = Math.min(delay * 2, identifyBackoff.maxMs)) {
+    const read = yield* engine.client
+      .request<{ metadata?: { uid?: unknown } }>({
+        method: "GET",
+        path: "/api/v1/namespaces/kube-system",
+        timeoutMs: 10_000,
+      })
+      .pipe(Effect.result)
+    if (read._tag === "Success") {
+      const uid = read.success.metadata?.uid
+      if (typeof uid === "string" && uidPattern.test(uid)) {
+        entry.clusterID = uid
+        claim.identify(uid)
+      } else {
+        yield* Effect.logWarning("the member's kube-system namespace has no usable uid; cluster unidentified")
+        claim.unidentifiable()
+      }
+      break
+    }
+    const e = read.failure
+    if (e instanceof KubeApiError && (e.status === 403 || e.status === 404)) {
+      yield* Effect.logInfo(
+        "the hub's identity may not read the kube-system namespace; duplicates are found by URL and CA only",
+      ).pipe(Effect.annotateLogs({ status: e.status }))
+      claim.unidentifiable()
+      break
+    }
+    yield* Effect.logDebug("reading the member's cluster identity failed; retrying").pipe(
+      Effect.annotateLogs({ error: e.message, retryInMs: delay }),
+    )
+    yield* Effect.sleep(delay)
+  }
+  let announced: string | undefined
+  while (true) {
+    const next = claim.nextChange()
+    const rival = claim.rival()
+    if (rival?.name !== entry.duplicateOf?.name) {
+      entry.duplicateOf = rival
+      viewsChanged()
+      if (rival && announced !== rival.name) {
+        announced = rival.name
+        const message = `${rival.name} registered the same cluster (kube-system UID ${rival.clusterID}) earlier; this registration does no work until ${rival.name} is removed`
+        yield* Effect.logWarning("registration duplicates an earlier one of the same cluster").pipe(
+          Effect.annotateLogs({ earlier: rival.name, clusterID: rival.clusterID }),
+        )
+        if (onDuplicate) yield* onDuplicate(message)
+      } else if (!rival) announced = undefined
+    }
+    yield* next
+  }
+})
+
 export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: MemberDeps) {
   const { entry } = spec
   const { settings: timings, metrics } = deps
@@ -543,9 +621,19 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   const syncPermit = yield* Scope.fork(yield* Effect.scope)
   yield* Semaphore.takeScoped(deps.syncLimit, 1).pipe(Scope.provide(syncPermit))
   const giveSyncPermit = Scope.close(syncPermit, Exit.void)
+  // Joined before the engine starts, left after it stopped (finalizers run last-registered first).
+  delete entry.clusterID
+  delete entry.duplicateOf
+  const claim: IdentityClaim | undefined = deps.identities?.join(
+    entry.name,
+    spec.created ?? "",
+    spec.namespaces,
+  )
+  if (claim) yield* Effect.addFinalizer(() => Effect.sync(() => claim.leave()))
   // A member's series are exported by the hub replica working it only (all of them without sharding).
   let exporting = deps.fence.owned()
   const engine = yield* startMemberEngine({
+    identity: claim,
     onWatchFailure,
     onThrottleRetry: (method, status) => {
       if (exporting) metrics.incRequestRetry(entry.name, method, status)
@@ -579,7 +667,8 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     queueHooks: metrics.queueHooks(entry.name),
   })
   entry.engineRunning = true
-  entry.checks = () => engine.checks.store.list()
+  // A duplicate registration shows none of the checks: the earlier one vouches for them.
+  entry.checks = () => (entry.duplicateOf ? [] : engine.checks.store.list())
   entry.access = {
     client: engine.client,
     clientFencedBy: engine.clientFencedBy,
@@ -711,6 +800,12 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
       checksChanged = true
     },
   })
+  if (claim)
+    yield* Effect.forkScoped(
+      identifyCluster(engine, entry, claim, spec.onDuplicate, () => {
+        checksChanged = true
+      }),
+    )
   let views: ReadonlyArray<CheckView> = []
   let viewsUnseen: string | undefined
   const restartsSeen = new Map<string, number>()

@@ -18,7 +18,9 @@
 //                      engine in a fresh fiber that first waits for the old one and for any engine it
 //                      displaces, so one cluster scope never has two engines
 //   duplicate          an earlier Secret registers an overlapping scope: Ready=False DuplicateMember, an
-//                      Event naming it, no engine; engaged once that one is gone (others are requeued)
+//                      Event naming it, no engine; engaged once that one is gone (others are requeued).
+//                      The same cluster under another URL is found once its engine read the cluster's
+//                      identity (registration/cluster-identity.ts): the later one's workers never run.
 //   refused            the policy refuses the kubeconfig: no engine; Ready=False and an Event say why
 //   disengaging        deleted (or no longer labelled): stop the engine, release, then delete the
 //                      MemberCluster and remove the Secret's finalizer
@@ -73,6 +75,7 @@ import type { HubConfig } from "./config.ts"
 import { type MemberEntry, newMemberEntry } from "./fleet-state.ts"
 import { runMember, syncMemberCluster } from "./member.ts"
 import { CredentialFeed } from "./member-credential.ts"
+import { ClusterIdentities } from "./registration/cluster-identity.ts"
 import { type ReleaseCredential, releaseScope } from "./registration/release.ts"
 import { sameObjectsMemo } from "./registration/same-objects-memo.ts"
 import {
@@ -248,6 +251,8 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
     readonly fiber: Fiber.Fiber<unknown, unknown>
   }>()
   const checkCache = new Map<string, { readonly rv: string; readonly result: RegistrationCheck }>()
+  // What each engine's cluster says it is: registrations of one cluster under different URLs.
+  const identities = new ClusterIdentities()
   const backoff = new ItemExponentialFailureRateLimiter(releaseBackoff)
 
   /** Asks the API server which ClusterProfile version it serves: v1alpha2 first, then v1alpha1. */
@@ -646,6 +651,9 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               namespaces: desired.checked.namespaces,
               execClusterConfig: desired.checked.execClusterConfig,
               onExecPluginFailed: (message) => recordEvent(secret, "Warning", "ExecPluginFailed", message),
+              created: createdOf(secret),
+              onDuplicate: (message) =>
+                recordEvent(secret, "Warning", registrationReasons.DuplicateMember, message),
             },
             {
               hubClient: options.hubClientFor(name),
@@ -658,6 +666,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
               drainGraceMs: () => options.drainGraceMs(name),
               fence: options.fenceFor(name),
               userAgent: options.userAgent,
+              identities,
             },
           )
           // Workers start once the caches synced: from then on finalizers may exist in this scope.

@@ -483,6 +483,8 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["GET", watch(jobs)],
       ["GET", "/api/v1/namespaces/shop/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Drbac-1"],
       ["GET", "/version"],
+      // The cluster's identity (status.clusterID), and no other namespace by name.
+      ["GET", "/api/v1/namespaces/kube-system"],
     ])
     // Placement (docs/adr/0012): the hub creates, replaces and deletes the checks a FleetBackupCheck places.
     const placed = `${group}/namespaces/shop/backupchecks/placed`
@@ -556,6 +558,7 @@ describe("deploy/: manifests, RBAC and image", () => {
       ["GET", "/api/v1/namespaces/shop/pods/anything/log"],
       ["POST", "/apis/batch/v1/namespaces/shop/cronjobs", { ...anyObject, kind: "CronJob" }],
       ["GET", "/api/v1/namespaces/shop/configmaps"],
+      ["GET", "/api/v1/namespaces/default"],
       ["GET", `${group}/memberclusters`],
       ["POST", `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`, { ...anyObject, kind: "Lease" }],
     ])

@@ -4,7 +4,8 @@
 // re-pointed to another server or refused after it was engaged), a hung member never holds up the
 // registration of another, and one cluster scope never gets two engines (DuplicateMember). Every test
 // ends with every check deletable without any hub.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
+import { type AddressInfo, connect, createServer } from "node:net"
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from "vitest"
 import {
   apiRequest,
   installFleetcheck,
@@ -451,6 +452,99 @@ describe("registration lifecycle", () => {
 
     await deleteSecret("dup-b")
     await waitLetGo("dup-b")
+    await everyCheckDeletable()
+  }, 240_000)
+
+  it("one cluster under two URLs (direct, and through a TCP load balancer) is one cluster: the later registration is a DuplicateMember by kube-system UID and does no work until the first is gone", async () => {
+    await start()
+    const uid = (await m1.api("GET", "/api/v1/namespaces/kube-system")).body.metadata.uid as string
+    expect(uid).toMatch(/^[0-9a-f-]{36}$/)
+    await register("ip-a", m1.kubeconfig)
+    await waitReady("ip-a")
+    await waitUntil(
+      "ip-a status.clusterID",
+      30_000,
+      async () => (await memberCluster("ip-a"))?.status?.clusterID === uid,
+    )
+    await sleep(1_100) // creationTimestamp has one-second resolution
+    // The same API server through a TCP load balancer: same CA, same credential, another URL, so URL
+    // and CA cannot tell them apart.
+    const port = Number(new URL(m1.server).port)
+    const balancer = createServer((client) => {
+      const upstream = connect(port, "127.0.0.1")
+      client.pipe(upstream).pipe(client)
+      const close = () => {
+        client.destroy()
+        upstream.destroy()
+      }
+      client.on("error", close)
+      upstream.on("error", close)
+    })
+    await new Promise<void>((resolve) => balancer.listen(0, "127.0.0.1", resolve))
+    onTestFinished(() => new Promise<void>((resolve) => balancer.close(() => resolve())))
+    const balanced = (balancer.address() as AddressInfo).port
+    const byName = m1.kubeconfig.replace(`server: ${m1.server}`, `server: https://127.0.0.1:${balanced}`)
+    expect(byName).not.toBe(m1.kubeconfig)
+    await register("name-b", byName)
+    let last: unknown
+    const mc = await waitUntil("MemberCluster name-b: Ready=False DuplicateMember", 30_000, async () => {
+      const o = await memberCluster("name-b")
+      last = o?.status
+      return cond(o, "Ready")?.reason === "DuplicateMember" ? o : undefined
+    }).catch((e) => {
+      throw new Error(`${e.message}; last status ${JSON.stringify(last)}`)
+    })
+    expect(mc.status.clusterID).toBe(uid)
+    expect(cond(mc, "Ready").message).toContain("ip-a")
+    expect(cond(mc, "Ready").message).toContain(uid)
+    expect(cond(mc, "BackupsVerified").reason).toBe("DuplicateMember")
+    // Its connection itself is fine: this is not a reachability problem.
+    expect(cond(mc, "Connected").status).toBe("True")
+    const events = (await hubCluster.api("GET", `/apis/events.k8s.io/v1/namespaces/${hubNamespace}/events`))
+      .body.items as any[]
+    expect(
+      events.some(
+        (e) => e.reason === "DuplicateMember" && e.regarding?.name === "name-b" && e.note.includes(uid),
+      ),
+    ).toBe(true)
+
+    // Which registration made each Job (what the member holds, not what the hub says): only ip-a.
+    const jobsOf = async (name: string) =>
+      (
+        (
+          await m1.api(
+            "GET",
+            `/apis/batch/v1/namespaces/apps/jobs?labelSelector=fleetcheck.io%2Fbackupcheck%3D${name}`,
+          )
+        ).body.items as any[]
+      ).map(
+        (job) =>
+          job.spec.template.spec.containers[0].env.find((e: any) => e.name === "FLEETCHECK_CLUSTER")?.value,
+      )
+    const verified = (name: string) =>
+      waitUntil(`${name} Verified`, 60_000, async () => {
+        const o = (await m1.api("GET", bcPath("apps", name))).body
+        return cond(o, "Verified")?.status === "True"
+      })
+    await createCheck(m1, "apps", "uid-check")
+    await verified("uid-check")
+    await sleep(2_000) // a second engine at work would have created its own Job by now
+    expect(await jobsOf("uid-check")).toEqual(["ip-a"])
+
+    await deleteSecret("ip-a")
+    await waitLetGo("ip-a")
+    await waitUntil(
+      "name-b Ready once ip-a is gone",
+      30_000,
+      async () => (await readyReason("name-b")) === "CachesSynced",
+    )
+    await createCheck(m1, "apps", "uid-check-2")
+    await verified("uid-check-2")
+    expect(await jobsOf("uid-check-2")).toEqual(["name-b"])
+    expect(await jobsOf("uid-check")).toEqual(["ip-a"])
+
+    await deleteSecret("name-b")
+    await waitLetGo("name-b")
     await everyCheckDeletable()
   }, 240_000)
 
