@@ -47,6 +47,29 @@ const labelSelector = z
     if (!parsed.ok) ctx.addIssue({ code: "custom", message: parsed.error })
   })
 
+/**
+ * A trace link (SPEC §12): an http or https URL with `{traceId}` where the id goes (`{traceID}`, the
+ * spelling first taken, also works), or empty for none. Any other scheme is refused at startup.
+ */
+const traceUrlTemplate = z.string().transform((s, ctx) => {
+  if (s === "") return undefined
+  if (!/^https?:\/\/\S+$/i.test(s) || !URL.canParse(s)) {
+    ctx.addIssue({
+      code: "custom",
+      message: `an http:// or https:// URL without spaces, got ${JSON.stringify(s)}`,
+    })
+    return z.NEVER
+  }
+  if (!s.includes("{traceId}") && !s.includes("{traceID}")) {
+    ctx.addIssue({
+      code: "custom",
+      message: `must contain {traceId} where the trace id goes, got ${JSON.stringify(s)}`,
+    })
+    return z.NEVER
+  }
+  return s
+})
+
 /** `host:port`, `:port` or `[ipv6]:port`; the host is what node's listen() takes. */
 const hostPort = z.string().transform((s, ctx) => {
   const m = /^(?:\[([0-9a-fA-F:.%a-zA-Z0-9]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(s)
@@ -296,12 +319,9 @@ export const hubSettings = {
   ),
   traceUrlTemplate: setting(
     "trace-url-template",
-    z
-      .string()
-      .regex(/^https?:\/\/[^\s]+$/, "an http(s) URL without spaces")
-      .refine((s) => s.includes("{traceID}"), "must contain {traceID}"),
+    traceUrlTemplate,
     undefined,
-    "link each check's trace id on the dashboard to this URL, {traceID} replaced (e.g. https://grafana.example/explore?traceId={traceID})",
+    "link every trace id on the dashboard to this http(s) URL, {traceId} replaced by the id, URL-encoded (e.g. http://localhost:16686/trace/{traceId} for Jaeger); empty or unset: no links",
   ),
   checkMetrics: setting(
     "check-metrics",

@@ -3,14 +3,18 @@
 // 390×844, with JavaScript on and off. A 253-character cluster and check name, 63-character label
 // values and a 1 KiB message must wrap or be clamped with the full text one hover or one click away;
 // every column of every table must be reachable (the cell fits in the viewport once its table's own
-// scroll container is scrolled to it) and the page itself never scrolls sideways. The stylesheet must
+// scroll container is scrolled to it) and the page itself never scrolls sideways. On a phone (390 px)
+// every table is stacked, one card per row with "label value" lines: no cell is clipped by a scroll
+// container or reaches past the screen, and no word is split across lines (ids and hex may break). A
+// verified check that missed an objective is amber and says so in words; trace ids link through
+// --trace-url-template ({traceId} replaced). The stylesheet must
 // apply under the Content-Security-Policy (no violation), and every link must stay under a path
 // prefix (served here the way the API server's service proxy serves it). Screenshots go to
 // test-results/dashboard-layout-*.png.
 import { accessSync, constants, mkdirSync } from "node:fs"
 import { createServer, request, type Server } from "node:http"
 import { join } from "node:path"
-import { type Browser, chromium } from "playwright-core"
+import { type Browser, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { startHubHttp } from "../../src/hub/http.ts"
 import { makeMetrics } from "../../src/observability/metrics/index.ts"
@@ -71,12 +75,63 @@ const members = membersMap([
         namespace: `ns-${i % 7}`,
         name: `db-${String(i).padStart(3, "0")}`,
         status: i % 40 === 3 ? "False" : "True",
+        // one verified check that missed its restore time objective (and met its data age one)
+        objectives: i === 5,
       }),
     ),
     { env: "staging" },
   ),
   unreachableMember("member-2", [{ namespace: "shop", name: "orders-db-nightly" }], { env: "prod" }),
 ])
+
+/** The trace id the fixtures give a member's first check (test/support/fleet-members.ts). */
+const firstTraceID = "1".padStart(32, "0")
+
+/**
+ * What makes a cell unreadable: a scroll container that scrolls (its columns clipped until scrolled
+ * to), a table cell or fact that reaches past the screen or whose text overflows it, and a word split
+ * across two lines ("miss" / "ed"): each word of 2 to 20 letters must sit on one line (its Range has
+ * client rects on one line only). Text in <code> (ids, hashes, hex) may break anywhere.
+ */
+const readabilityProblems = (page: Page): Promise<string[]> =>
+  page.evaluate(() => {
+    const { document } = globalThis as any
+    const problems: string[] = []
+    const vw = document.documentElement.clientWidth
+    for (const c of Array.from<any>(document.querySelectorAll(".scroll")))
+      if (c.scrollWidth > c.clientWidth + 1)
+        problems.push(
+          `table ${c.getAttribute("aria-labelledby")} is clipped in its scroll container: ${c.scrollWidth} px of content in ${c.clientWidth} px`,
+        )
+    for (const cell of Array.from<any>(document.querySelectorAll("td, dd"))) {
+      const table = cell.closest("table")?.getAttribute("aria-labelledby") ?? "facts"
+      const column =
+        cell.getAttribute("data-label") ?? cell.previousElementSibling?.textContent ?? String(cell.cellIndex)
+      const where = `${table} row ${cell.parentElement?.rowIndex ?? "-"} ${column}`
+      const b = cell.getBoundingClientRect()
+      if (b.left < -1 || b.right > vw + 1)
+        problems.push(`${where}: cell ${Math.round(b.left)}–${Math.round(b.right)} px, viewport ${vw} px`)
+      if (cell.scrollWidth > cell.clientWidth + 1)
+        problems.push(`${where}: text ${cell.scrollWidth} px wide in a ${cell.clientWidth} px cell`)
+      const walker = document.createTreeWalker(cell, 4 /* NodeFilter.SHOW_TEXT */)
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        if (n.parentElement?.closest("code")) continue
+        for (const m of (n.data as string).matchAll(/\p{L}+/gu)) {
+          if (m[0].length < 2 || m[0].length > 20) continue
+          const range = document.createRange()
+          range.setStart(n, m.index)
+          range.setEnd(n, (m.index ?? 0) + m[0].length)
+          const lines = new Set(
+            Array.from<any>(range.getClientRects())
+              .filter((r) => r.width > 0)
+              .map((r) => Math.round(r.top)),
+          )
+          if (lines.size > 1) problems.push(`${where}: "${m[0]}" is split across ${lines.size} lines`)
+        }
+      }
+    }
+    return [...new Set(problems)]
+  })
 
 const requireChromium = () => {
   try {
@@ -110,7 +165,7 @@ describe("dashboard layout in a real browser", () => {
       access: undefined,
       serves: "all",
       tls: undefined,
-      config: { dashboardPageSize: 100, traceUrlTemplate: "https://tempo.example/trace/{traceID}" },
+      config: { dashboardPageSize: 100, traceUrlTemplate: "https://tempo.example/trace/{traceId}" },
     })
     hub = s.server
     base = `http://127.0.0.1:${s.port}`
@@ -150,7 +205,7 @@ describe("dashboard layout in a real browser", () => {
 
   afterAll(async () => {
     await browser?.close().catch(() => undefined)
-    for (const s of [proxy, hub]) await new Promise((r) => s?.close(r))
+    for (const s of [proxy, hub]) if (s) await new Promise((r) => s.close(r))
   })
 
   const viewports = [
@@ -178,6 +233,7 @@ describe("dashboard layout in a real browser", () => {
             .evaluate((e) => (globalThis as any).getComputedStyle(e).backgroundColor)
           expect(badColor).toBe("rgb(253, 224, 224)")
           expect(await layoutProblems(page)).toEqual([])
+          expect(await readabilityProblems(page)).toEqual([])
           if (viewport.width >= 1280) {
             // On a laptop screen even these names fit: no table needs its scroll bar.
             const overflowing = await page
@@ -195,8 +251,47 @@ describe("dashboard layout in a real browser", () => {
           expect(firstRow).toContain("RestoreFailed")
           // biome-ignore lint/performance/useDomNodeTextContent: the rendered text is the point
           expect(await page.locator(".summary").innerText()).toMatch(
-            /^3 clusters \(1 need attention\) · 154 checks · 5 failing · 2 unknown · 147 verified/,
+            /^3 clusters \(1 need attention\) · 154 checks · 5 failing · 2 unknown · 147 verified · 2 missed an objective/,
           )
+          // The verified check that missed an objective: amber, in words, the objective named, and
+          // ahead of the plain verified rows.
+          const missed = rows.filter({ hasText: "ns-5/db-005" })
+          expect(await missed.count(), "ahead of the plain verified checks, on page 1").toBe(1)
+          // biome-ignore lint/performance/useDomNodeTextContent: the rendered text is the point
+          const missedText = await missed.innerText()
+          expect(missedText).toContain("ns-5/db-005")
+          expect(missedText).toContain("Verified · objective missed")
+          expect(missedText).toContain("missed: restore time")
+          const amber = await missed
+            .locator(".badge")
+            .first()
+            .evaluate((e) => (globalThis as any).getComputedStyle(e).backgroundColor)
+          expect(amber).toBe("rgb(255, 239, 194)")
+          // Trace ids link through the template, {traceId} replaced.
+          expect(
+            await page.locator(`a[href="https://tempo.example/trace/${firstTraceID}"]`).count(),
+          ).toBeGreaterThan(0)
+          if (viewport.width < 600) {
+            // Stacked: each cell of a row on a line of its own, named by its column's header.
+            const header = await page
+              .getByRole("table", { name: /Backup checks/ })
+              .locator("thead th")
+              .allInnerTexts()
+            const labels = await rows
+              .first()
+              .locator("td")
+              .evaluateAll((cells) =>
+                cells.map((c) =>
+                  (globalThis as any).getComputedStyle(c, "::before").content.replace(/^"|"$/g, ""),
+                ),
+              )
+            expect(labels).toEqual(header.map((h) => h.replace(/\s+/g, " ")))
+            const lefts = await rows
+              .first()
+              .locator("td")
+              .evaluateAll((cells) => cells.map((c) => Math.round(c.getBoundingClientRect().left)))
+            expect(new Set(lefts).size).toBe(1)
+          }
 
           // The long check name and the 1 KiB message are clamped, and whole in their title.
           const nameLink = page.locator(`a[title="${longNamespace}/${longCheck}"]`).first()
@@ -230,8 +325,11 @@ describe("dashboard layout in a real browser", () => {
           const checkText = await page.locator("body").innerText()
           expect(checkText.replace(/\s+/g, "")).toContain(`${longNamespace}/${longCheck}`)
           expect(checkText.replace(/\s+/g, "")).toContain(longMessage.replace(/\s+/g, ""))
-          expect(await page.locator('a[href^="https://tempo.example/trace/"]').count()).toBeGreaterThan(0)
+          expect(
+            await page.locator(`a[href="https://tempo.example/trace/${firstTraceID}"]`).count(),
+          ).toBeGreaterThan(0)
           expect(await layoutProblems(page)).toEqual([])
+          expect(await readabilityProblems(page)).toEqual([])
           await page.screenshot({
             path: join(resultsDir, `dashboard-layout-${tag}-check.png`),
             fullPage: true,
@@ -246,6 +344,7 @@ describe("dashboard layout in a real browser", () => {
           expect(clusterText).toContain(longLabelKey)
           expect(clusterText).toContain(longLabelValue)
           expect(await layoutProblems(page)).toEqual([])
+          expect(await readabilityProblems(page)).toEqual([])
           await page.screenshot({
             path: join(resultsDir, `dashboard-layout-${tag}-cluster.png`),
             fullPage: true,

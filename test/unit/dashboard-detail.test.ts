@@ -54,7 +54,9 @@ describe("check page", () => {
     const history = [run(8, "Failed", "RunSuperseded"), run(7, "Succeeded", "RestoreSucceeded")]
     const text = renderCheckPage(view, check({ lastRun: history[0], history }), cluster, opts)
     const section = text.slice(text.indexOf('id="history"'), text.indexOf('id="conditions"'))
-    const runs = [...section.matchAll(/<td class="nowrap">(s\d+t\d+z)<\/td>/g)].map((m) => m[1])
+    const runs = [...section.matchAll(/<td class="nowrap" data-label="Run">(s\d+t\d+z)<\/td>/g)].map(
+      (m) => m[1],
+    )
     assert.deepStrictEqual(runs, ["s20261128t0300z", "s20261127t0300z"])
     assert.include(section, "RunSuperseded")
     assert.include(section, "orders-2026-11-27")

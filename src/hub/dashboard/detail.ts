@@ -6,7 +6,8 @@ import type { CheckView, ClusterView } from "../../api/fleet.ts"
 import { formatDuration } from "../../api/syntax.ts"
 import { type Html, html, nothing } from "../html.ts"
 import {
-  badge,
+  attentionFirst,
+  checkBadge,
   checksTable,
   clusterHref,
   conditionBadge,
@@ -37,18 +38,18 @@ type Conditions = ReadonlyArray<{
 }>
 
 const conditionsTable = (id: string, conditions: Conditions): Html =>
-  html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
+  html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table class="stack" aria-labelledby="${id}">
 <thead><tr><th>Type</th><th>Status</th><th>Reason</th><th>Message</th><th>Last transition</th></tr></thead>
 <tbody>
 ${
   conditions.length
     ? conditions.map(
         (c) => html`<tr>
-  <td class="nowrap">${c.type}</td>
-  <td>${conditionBadge(c.status, "True", "False")}</td>
-  <td>${reason(c.reason)}</td>
-  <td class="msg full">${c.message}</td>
-  <td>${time(c.lastTransitionTime)}</td>
+  <td class="nowrap" data-label="Type">${c.type}</td>
+  <td data-label="Status">${conditionBadge(c.status, "True", "False")}</td>
+  <td data-label="Reason">${reason(c.reason)}</td>
+  <td class="msg full" data-label="Message">${c.message}</td>
+  <td data-label="Last transition">${time(c.lastTransitionTime)}</td>
 </tr>`,
       )
     : html`<tr><td colspan="5" class="muted">No conditions yet.</td></tr>`
@@ -90,21 +91,21 @@ const historyTable = (
   history: ReadonlyArray<LastRun>,
   traceUrlTemplate: string | undefined,
 ): Html =>
-  html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
+  html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table class="stack" aria-labelledby="${id}">
 <thead><tr><th>Run</th><th>Backup</th><th>Result</th><th>Phases</th><th>Started</th><th>Took</th>${
     history.some((r) => r.sandbox) ? html`<th>Sandbox</th>` : nothing
   }<th>Trace</th></tr></thead>
 <tbody>
 ${history.map(
   (r) => html`<tr>
-  <td class="nowrap">${r.runID}</td>
-  <td class="full">${r.backupName ?? ""}</td>
-  <td>${conditionBadge(r.result === "Succeeded" ? "True" : r.result === "Failed" ? "False" : "Unknown", "True", "False")}</td>
-  <td>${phaseSummary(r)}</td>
-  <td>${time(r.startTime)}</td>
-  <td class="nowrap">${runDuration(r)}</td>
-  ${history.some((h) => h.sandbox) ? html`<td>${sandboxSummary(r)}</td>` : nothing}
-  <td>${traceLink(r.traceID, traceUrlTemplate)}</td>
+  <td class="nowrap" data-label="Run">${r.runID}</td>
+  <td class="full" data-label="Backup">${r.backupName ?? ""}</td>
+  <td data-label="Result">${conditionBadge(r.result === "Succeeded" ? "True" : r.result === "Failed" ? "False" : "Unknown", "True", "False")}</td>
+  <td data-label="Phases">${phaseSummary(r)}</td>
+  <td data-label="Started">${time(r.startTime)}</td>
+  <td class="nowrap" data-label="Took">${runDuration(r)}</td>
+  ${history.some((h) => h.sandbox) ? html`<td data-label="Sandbox">${sandboxSummary(r)}</td>` : nothing}
+  <td class="trace" data-label="Trace">${traceLink(r.traceID, traceUrlTemplate)}</td>
 </tr>`,
 )}
 </tbody>
@@ -136,11 +137,15 @@ export const renderClusterPage = (
   checks: ReadonlyArray<CheckView>,
   opts: DetailOptions & { readonly page: number },
 ): string => {
-  const slice = pageSlice(checks, opts.page, opts.pageSize)
+  const slice = pageSlice(attentionFirst(checks), opts.page, opts.pageSize)
   const labels = Object.entries(cluster.labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
   const body = html`${back}
 <h1>Cluster <span class="full">${cluster.name}</span></h1>
-<p class="summary">${cluster.counts.verified} of ${plural(cluster.counts.total, "check")} verified · <strong${cluster.counts.failed > 0 ? html` class="bad-text"` : nothing}>${cluster.counts.failed} failing</strong> · ${cluster.counts.unknown} unknown</p>
+<p class="summary">${cluster.counts.verified} of ${plural(cluster.counts.total, "check")} verified · <strong${cluster.counts.failed > 0 ? html` class="bad-text"` : nothing}>${cluster.counts.failed} failing</strong> · ${cluster.counts.unknown} unknown${
+    cluster.counts.objectivesMissed
+      ? html` · <strong class="warn-text">${cluster.counts.objectivesMissed} missed an objective</strong>`
+      : nothing
+  }</p>
 ${facts([
   [
     "Registered by",
@@ -180,7 +185,7 @@ export const renderCheckPage = (
 ${check.fleetBackupCheck ? facts(placedByFacts(check)) : nothing}
 <h2 id="verdict">Verified</h2>
 ${facts([
-  ["Status", badge(check.status)],
+  ["Status", checkBadge(check)],
   ["Reason", check.reason],
   ["Message", check.message ? html`<span class="full">${check.message}</span>` : undefined],
   ["Since", check.lastTransitionTime ? time(check.lastTransitionTime) : undefined],

@@ -2,19 +2,22 @@
 // the Content-Security-Policy, so no other style and no script can run), badges, times, the checks
 // table and the pager. Everything goes through html``: member-controlled text is escaped by default.
 //
-// Layout rules for real names and small screens: long names, labels and messages wrap anywhere or are
-// clamped to a few lines with the full text in a title attribute (and in full on the check or cluster
-// page); tables sit in a horizontally scrolling container, so at 390 px every column is reachable by
-// scrolling the table while the page itself never scrolls sideways. Links are relative (./, ./check?...):
-// every page lives at the same level, so they work under any path prefix.
+// Layout rules for real names and small screens: long names, ids, labels and messages wrap anywhere or
+// are clamped to a few lines with the full text in a title attribute (and in full on the check or
+// cluster page); words wrap between words and are never split (overflow-wrap: anywhere only on names,
+// ids and messages, break-word elsewhere). Tables sit in a horizontally scrolling container; on a phone
+// (600 px and less) every table is stacked instead: each row is a card of "label value" lines (the
+// label from the cell's data-label), so every column is read without scrolling and the page never
+// scrolls sideways. Links are relative (./, ./check?...): every page lives at the same level, so they
+// work under any path prefix.
 import { createHash } from "node:crypto"
-import type { CheckView, ClusterView } from "../../api/fleet.ts"
+import { type CheckView, type ClusterView, missesObjective } from "../../api/fleet.ts"
 import { formatDuration } from "../../api/syntax.ts"
 import { type Html, html, type Interpolation, nothing, unsafeRaw } from "../html.ts"
 
 export const css = `
   * { box-sizing: border-box; }
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; padding: 1rem; color: #1b1f24; background: #fafbfc; overflow-wrap: anywhere; }
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; padding: 1rem; color: #1b1f24; background: #fafbfc; overflow-wrap: break-word; }
   @media (min-width: 700px) { body { padding: 1.5rem; } }
   h1 { font-size: 1.4rem; margin: 0 0 .2rem; } h2 { font-size: 1.1rem; margin-top: 1.6rem; }
   a { color: #0b57b5; }
@@ -25,11 +28,13 @@ export const css = `
   .num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
   .badge { display: inline-block; padding: .05rem .45rem; border-radius: .6rem; font-size: .8rem; font-weight: 600; white-space: nowrap; }
   .ok { background: #dcf5e3; color: #145c2c; } .bad { background: #fde0e0; color: #8a1010; } .unknown { background: #eceff3; color: #4a5563; }
-  .row-bad { background: #fff6f6; } .row-unknown { background: #f8f9fb; }
+  .warn { background: #ffefc2; color: #6b4200; white-space: normal; }
+  .row-bad { background: #fff6f6; } .row-unknown { background: #f8f9fb; } .row-warn { background: #fffaeb; }
+  .warn-text { color: #7a4b00; font-weight: 600; } div.warn-text { font-size: .8rem; } .num .warn-text { white-space: normal; }
   .muted { color: #6a737d; font-size: .8rem; }
   .name { min-width: 9rem; max-width: 22rem; }
   @media (min-width: 900px) { .check-name { min-width: 14rem; } }
-  .trace code { display: inline-block; width: 16.5ch; overflow-wrap: anywhere; }
+  .trace code, code.id { display: inline-block; width: 16.5ch; overflow-wrap: anywhere; }
   .clamp { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 3; overflow: hidden; overflow-wrap: anywhere; }
   .msg { color: #444; font-size: .85rem; min-width: 14rem; max-width: 36rem; }
   .labels { display: flex; flex-wrap: wrap; gap: .2rem; max-width: 22rem; }
@@ -50,6 +55,15 @@ export const css = `
   @media (max-width: 600px) {
     .name { max-width: 15rem; } .msg { min-width: 11rem; max-width: 16rem; } .labels { max-width: 15rem; } .label { max-width: 13rem; }
     dl.facts { grid-template-columns: minmax(0, 1fr); } dl.facts dd { margin-bottom: .3rem; }
+    table.stack, table.stack tbody, table.stack tr, table.stack td { display: block; width: 100%; }
+    table.stack { position: relative; }
+    table.stack thead { position: absolute; top: 0; left: 0; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); white-space: nowrap; }
+    table.stack thead tr, table.stack thead th { display: block; padding: 0; }
+    table.stack tr { padding: .35rem 0; border-bottom: 1px solid #e3e6ea; }
+    table.stack td { border: 0; padding: .15rem .6rem; min-width: 0; max-width: none; text-align: left; }
+    table.stack td[data-label] { position: relative; padding-left: 8rem; }
+    table.stack td[data-label]::before { content: attr(data-label); position: absolute; left: .6rem; width: 7rem; color: #4a5563; font-size: .8rem; font-weight: 600; }
+    table.stack .reason, table.stack .labels, table.stack .label, table.stack ul.chips { max-width: 100%; }
   }
 `
 
@@ -91,9 +105,51 @@ export const clusterHref = (name: string) => href("./cluster", { name })
 
 const statusClass = (status: string) => (status === "True" ? "ok" : status === "False" ? "bad" : "unknown")
 
-/** A check's verdict as a badge. */
+/** A verdict as a badge (a condition's status: Verified, Failing, Unknown). */
 export const badge = (status: string): Html =>
   html`<span class="badge ${statusClass(status)}">${status === "True" ? "Verified" : status === "False" ? "Failing" : "Unknown"}</span>`
+
+/** The badge of a state of its own, never green: verified, but an objective was missed (amber, in words). */
+export const objectiveMissedBadge = (title: string): Html =>
+  html`<span class="badge warn" title="${title}">Verified · objective missed</span>`
+
+/** The objectives a check missed (condition False): their names and the spec fields they hold to. */
+export const missedObjectives = (c: Pick<CheckView, "objectives">) => [
+  ...(c.objectives?.restoreTime === "False" ? [{ name: "restore time", field: "maxRestoreDuration" }] : []),
+  ...(c.objectives?.dataAge === "False" ? [{ name: "data age", field: "maxDataAge" }] : []),
+]
+
+/**
+ * Verified, but missed an objective: its own state on every page (ADR 0015). A failing or unknown
+ * check stays failing or unknown: the worse state is the one shown.
+ */
+export const isObjectiveMissed = (c: Pick<CheckView, "status" | "objectives">): boolean =>
+  c.status === "True" && missesObjective(c)
+
+/**
+ * A check's state as a badge: Failing, Unknown, Verified, or (amber) "Verified · objective missed"
+ * with the missed objectives named under it.
+ */
+export const checkBadge = (c: Pick<CheckView, "status" | "objectives">): Html => {
+  if (!isObjectiveMissed(c)) return badge(c.status)
+  const missed = missedObjectives(c)
+  const title = `verified, but missed: ${missed.map((m) => `${m.name} (${m.field})`).join(", ")}`
+  return html`${objectiveMissedBadge(title)}<div class="warn-text" title="${title}">${missed.map((m, i) => (i === 0 ? `missed: ${m.name}` : `, ${m.name}`))}</div>`
+}
+
+/**
+ * Checks in the order the dashboard lists them: failing, unknown, verified with a missed objective,
+ * verified; the view's own order within each (a stable partition, linear in the number of checks).
+ */
+export const attentionFirst = <C extends Pick<CheckView, "status" | "objectives">>(
+  checks: ReadonlyArray<C>,
+): ReadonlyArray<C> => {
+  if (!checks.some(isObjectiveMissed)) return checks
+  const buckets: [C[], C[], C[], C[]] = [[], [], [], []]
+  for (const c of checks)
+    buckets[c.status === "False" ? 0 : c.status === "Unknown" ? 1 : isObjectiveMissed(c) ? 2 : 3].push(c)
+  return buckets.flat()
+}
 
 /** A condition as a badge that names it ("Ready", "Not ready"), with the raw status on hover. */
 export const conditionBadge = (status: string | undefined, yes: string, no: string): Html =>
@@ -134,16 +190,27 @@ export const labelChips = (labels: Readonly<Record<string, string>>): Html => {
     : nothing
 }
 
-/** The trace id, linked when a trace URL template is set. */
+/**
+ * The trace id, linked when --trace-url-template is set: `{traceId}` (SPEC §12; `{traceID}`, the
+ * spelling the hub took first, too) replaced by the id, URL-encoded (the id is what a member wrote).
+ */
 export const traceLink = (traceID: string | undefined, template: string | undefined): Html => {
   if (!traceID) return html`<span class="muted">—</span>`
   if (!template) return html`<code>${traceID}</code>`
-  const url = template.replaceAll("{traceID}", encodeURIComponent(traceID))
+  const id = encodeURIComponent(traceID)
+  const url = template.replaceAll("{traceId}", id).replaceAll("{traceID}", id)
   return html`<a href="${url}" rel="noreferrer"><code>${traceID}</code></a>`
 }
 
-const rowClass = (status: string) =>
-  status === "False" ? "row-bad" : status === "Unknown" ? "row-unknown" : ""
+/** A row's background by its state: failing, unknown, verified with a missed objective, verified. */
+export const rowClass = (c: Pick<CheckView, "status" | "objectives">) =>
+  c.status === "False"
+    ? "row-bad"
+    : c.status === "Unknown"
+      ? "row-unknown"
+      : isObjectiveMissed(c)
+        ? "row-warn"
+        : ""
 
 /** "Restore time ✓ 41s · Data age ✗ 30h0m0s": a check's objectives under its reason, when it has any. */
 export const objectivesLine = (c: CheckView): Html => {
@@ -166,11 +233,11 @@ export const objectivesLine = (c: CheckView): Html => {
 }
 
 /** One objective in its own column: "met (41s)", "missed (30h0m0s)", "unknown", or a dash without one. */
-const objectiveCell = (status: string | undefined, seconds: number | undefined): Html => {
-  if (status === undefined) return html`<td><span class="muted">—</span></td>`
+const objectiveCell = (label: string, status: string | undefined, seconds: number | undefined): Html => {
+  if (status === undefined) return html`<td data-label="${label}"><span class="muted">—</span></td>`
   const word = status === "True" ? "met" : status === "False" ? "missed" : "unknown"
   // The measured value on a line of its own keeps the column narrow enough for a laptop screen.
-  return html`<td><span class="${status === "False" ? "bad-text" : status === "True" ? "" : "muted"}">${word}</span>${
+  return html`<td data-label="${label}"><span class="${status === "False" ? "bad-text" : status === "True" ? "" : "muted"}">${word}</span>${
     seconds === undefined ? nothing : html`<div class="muted">${formatDuration(seconds * 1000)}</div>`
   }</td>`
 }
@@ -191,18 +258,18 @@ export const checksTable = (
   const objectives = checks.some((c) => c.objectives !== undefined)
   const columns = (opts.withCluster ? 7 : 6) + (objectives ? 2 : 0)
   const rows = checks.map(
-    (c) => html`<tr class="${rowClass(c.status)}">
-  <td>${badge(c.status)}</td>
-  ${opts.withCluster ? html`<td class="name"><a class="clamp" href="${clusterHref(c.cluster)}" title="${c.cluster}">${c.cluster}</a></td>` : nothing}
-  <td class="name check-name"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
-  <td class="msg"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}</td>
-  ${objectives ? html`${objectiveCell(c.objectives?.restoreTime, c.objectives?.restoreDurationSeconds)}${objectiveCell(c.objectives?.dataAge, c.objectives?.dataAgeSeconds)}` : nothing}
-  <td>${time(c.lastSuccessfulTime, html`<span class="muted">never</span>`)}</td>
-  <td>${time(c.nextRunTime, html`<span class="muted">—</span>`)}</td>
-  <td class="trace">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>
+    (c) => html`<tr class="${rowClass(c)}">
+  <td data-label="Verified">${checkBadge(c)}</td>
+  ${opts.withCluster ? html`<td class="name" data-label="Cluster"><a class="clamp" href="${clusterHref(c.cluster)}" title="${c.cluster}">${c.cluster}</a></td>` : nothing}
+  <td class="name check-name" data-label="Check"><a class="clamp" href="${checkHref(c)}" title="${`${c.namespace}/${c.name}`}">${c.namespace}/<strong>${c.name}</strong></a></td>
+  <td class="msg" data-label="Reason"><div class="reason" title="${c.reason}">${c.reason}</div>${clamped(c.message)}</td>
+  ${objectives ? html`${objectiveCell("Restore time", c.objectives?.restoreTime, c.objectives?.restoreDurationSeconds)}${objectiveCell("Data age", c.objectives?.dataAge, c.objectives?.dataAgeSeconds)}` : nothing}
+  <td data-label="Last success">${time(c.lastSuccessfulTime, html`<span class="muted">never</span>`)}</td>
+  <td data-label="Next run">${time(c.nextRunTime, html`<span class="muted">—</span>`)}</td>
+  <td class="trace" data-label="Trace id">${traceLink(c.traceID, opts.traceUrlTemplate)}</td>
 </tr>`,
   )
-  return html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table aria-labelledby="${id}">
+  return html`<div class="scroll" role="region" aria-labelledby="${id}" tabindex="0"><table class="stack" aria-labelledby="${id}">
 <thead><tr><th>Verified</th>${opts.withCluster ? html`<th>Cluster</th>` : nothing}<th>Check</th><th>Reason</th>${objectives ? html`<th>Restore<br>time</th><th>Data<br>age</th>` : nothing}<th>Last success</th><th>Next run</th><th>Trace id</th></tr></thead>
 <tbody>
 ${rows.length ? rows : html`<tr><td colspan="${columns}" class="muted">${opts.empty}</td></tr>`}
