@@ -140,6 +140,17 @@ const ownerKey = (job: CachedJob): string | undefined => {
   return owner ? `${job.metadata?.namespace ?? ""}/${owner.name}` : sandboxCheckKey(job)
 }
 
+/**
+ * A member's connection is PINGed after this long without a frame, and closed when the PING (and
+ * everything else) stays unanswered as long again. client-go waits 30 s and 15 s; a frozen API server
+ * (hung, SIGSTOPped, blackholed) must be Connected=False within 15 s with the defaults: 4 s + 4 s,
+ * then the probe on a new connection (its 5 s deadline of silence) confirms it. An API server answers a
+ * PING from its connection's read loop, however slow its handlers are, so a busy but healthy member
+ * answers; one frame of any stream counts as an answer too. A PING costs a few bytes per member.
+ */
+export const memberPingIdleMs = 4_000
+export const memberPingTimeoutMs = 4_000
+
 export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEngineOptions) {
   const { cluster } = options
   // API calls give the hub-wide permit back while they wait (engine/global-limit.ts); writes are fenced.
@@ -151,6 +162,8 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     execTimeoutMs: options.execTimeoutMs,
     ...(options.execClusterConfig !== undefined ? { execClusterConfig: options.execClusterConfig } : {}),
     onThrottleRetry: options.onThrottleRetry,
+    pingIdleMs: memberPingIdleMs,
+    pingTimeoutMs: memberPingTimeoutMs,
   })
   const limit = options.globalLimit
   // A reconcile the member refused (401/403) backs off; once access is back, requeueAll undoes that.

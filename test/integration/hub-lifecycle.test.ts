@@ -278,10 +278,88 @@ describe("hub wiring", () => {
       `dead member with default probes (${defaultHubConfig.probeIntervalMs / 1000} s × ${defaultHubConfig.probeFailureThreshold}): exited → Connected=False ${goneMs} ms; frozen → ${frozenMs} ms; back after 30 s down → new check's restore Job created ${recoverMs} ms\n`,
     )
     expect(goneMs).toBeLessThan(15_000)
+    // Frozen: the connection's PING goes unanswered (member-engine.ts), and the probe confirms it.
+    expect(frozenMs).toBeLessThan(15_000)
     expect(recoverMs).toBeLessThan(20_000)
     await waitUntil("m1 connected after the thaw", 60_000, async () => (await connected()) === "True")
     await hub.stop()
     hubs.pop()
+  }, 300_000)
+
+  it("a slow but healthy member (1.5 s each way) never shows Connected=False with the default probe settings, and its checks verify", async () => {
+    // m1's registration re-pointed through a proxy that delays every chunk either way: PINGs and
+    // probes take 3 s there and back, under the 4 s PING timeout and the probe's 5 s of silence.
+    const proxy = await startProxy(Number(new URL(member.server).port))
+    proxy.setLatency(1_500)
+    const secretPath = `/api/v1/namespaces/${hubNamespace}/secrets/${member.name}`
+    const kubeconfigVia = (server: string) =>
+      Buffer.from(member.kubeconfig.replace(`server: ${member.server}`, `server: ${server}`)).toString(
+        "base64",
+      )
+    const repoint = async (server: string) => {
+      const r = await apiRequest(
+        hubCluster.server,
+        hubCluster.caPem,
+        hubCluster.adminToken,
+        "PATCH",
+        secretPath,
+        { data: { kubeconfig: kubeconfigVia(server) } },
+        "application/merge-patch+json",
+      )
+      expect(r.status, JSON.stringify(r.body)).toBe(200)
+    }
+    const hub = await startHub(hubCluster, {
+      probeIntervalMs: defaultHubConfig.probeIntervalMs,
+      probeFailureThreshold: defaultHubConfig.probeFailureThreshold,
+      probeSuccessThreshold: defaultHubConfig.probeSuccessThreshold,
+    })
+    hubs.push(hub)
+    const conditions = async () =>
+      ((await hubCluster.api("GET", "/apis/fleetcheck.io/v1alpha1/memberclusters/m1")).body?.status
+        ?.conditions ?? []) as any[]
+    try {
+      await repoint(`https://127.0.0.1:${proxy.port}`)
+      await waitUntil(
+        "m1 Ready through the slow proxy",
+        90_000,
+        async () =>
+          (await conditions()).some((c) => c.type === "Ready" && c.reason === "CachesSynced") &&
+          proxy.accepted() > 0,
+      )
+      // Sampled from the hub's own member state and from the MemberCluster alike.
+      let flipped = 0
+      const sampler = setInterval(() => {
+        if (hub.members.get("m1")?.probe.connected === false) flipped++
+      }, 100)
+      try {
+        expect(
+          (
+            await member.api(
+              "POST",
+              `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks`,
+              backupCheck("slow-link", ns),
+            )
+          ).status,
+        ).toBe(201)
+        await waitUntil("slow-link Verified through the slow proxy", 90_000, async () => {
+          const o = (
+            await member.api("GET", `/apis/fleetcheck.io/v1alpha1/namespaces/${ns}/backupchecks/slow-link`)
+          ).body
+          return (o?.status?.conditions ?? []).some((c: any) => c.type === "Verified" && c.status === "True")
+        })
+        // Idle long enough for several PINGs and a probe on the slow link.
+        await sleep(20_000)
+      } finally {
+        clearInterval(sampler)
+      }
+      expect(flipped).toBe(0)
+      expect((await conditions()).find((c) => c.type === "Connected")?.status).toBe("True")
+    } finally {
+      await repoint(member.server)
+      await proxy.close()
+      await hub.stop()
+      hubs.pop()
+    }
   }, 300_000)
 
   it("members engage a few at a time: one that cannot sync holds its permit until its sync timeout, and the next waits", async () => {

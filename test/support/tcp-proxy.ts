@@ -1,6 +1,6 @@
-// A TCP proxy in front of an API server for fault tests: it passes bytes, refuses new connections, or
-// blackholes (connections stay open and carry nothing, as behind a dead load balancer), all of them or
-// only those open now. It counts the connections it accepted and those open, as seen from outside the
+// A TCP proxy in front of an API server for fault tests: it passes bytes (optionally each after a delay,
+// as a slow link or a busy server would), refuses new connections, or blackholes (connections stay open
+// and carry nothing, as behind a dead load balancer), all of them or only those open now. It counts the connections it accepted and those open, as seen from outside the
 // client.
 import { type AddressInfo, connect, createServer, type Socket } from "node:net"
 
@@ -13,6 +13,8 @@ export const startProxy = async (targetPort: number) => {
   /** Connections that carry nothing any more, whatever the mode (see stallOpen). */
   const stalled = new WeakSet<readonly [Socket, Socket]>()
   let accepted = 0
+  /** Every chunk, either way, is passed on this long after it arrived (order kept: equal delays). */
+  let latencyMs = 0
   const dropAll = () => {
     for (const [a, b] of pairs) {
       a.destroy()
@@ -36,8 +38,13 @@ export const startProxy = async (targetPort: number) => {
     }
     // A blackholed connection stays open but carries nothing: requests hang, as behind a dead LB.
     const passes = () => mode === "pass" && !stalled.has(pair)
-    down.on("data", (d) => void (passes() && up.write(d)))
-    up.on("data", (d) => void (passes() && down.write(d)))
+    const forward = (to: Socket) => (d: Buffer) => {
+      if (!passes()) return
+      if (latencyMs === 0) return void to.write(d)
+      setTimeout(() => void (passes() && !to.destroyed && to.write(d)), latencyMs)
+    }
+    down.on("data", forward(up))
+    up.on("data", forward(down))
     for (const s of pair) {
       s.on("error", end)
       s.on("close", end)
@@ -53,6 +60,10 @@ export const startProxy = async (targetPort: number) => {
     cut: (how: Exclude<ProxyMode, "pass">) => {
       mode = how
       if (how === "refuse") dropAll()
+    },
+    /** Delays every chunk either way by this long from now on (0: none). */
+    setLatency: (ms: number) => {
+      latencyMs = ms
     },
     /** The connections open now go silent, as behind a dead load balancer; new ones pass. */
     stallOpen: () => {
