@@ -195,7 +195,8 @@ export const reportCheck = (input: ReportInput, start: number, end: number): Rep
   const maxRestoreMs = maxRestore === undefined ? undefined : parseDuration(maxRestore)
   const restoreObjectiveMissed =
     typeof maxRestoreMs === "number"
-      ? runs.filter((r) => r.restoreSeconds !== undefined && r.restoreSeconds * 1000 > maxRestoreMs).length
+      ? // In milliseconds, as RestoreTimeObjectiveMet compares them: 600.4 s misses 10m.
+        measures.filter((m) => m.restoreDurationMs !== undefined && m.restoreDurationMs > maxRestoreMs).length
       : 0
   const maxAge = check.spec?.objectives?.maxDataAge
   const maxAgeMs = maxAge === undefined ? undefined : parseDuration(maxAge)

@@ -68,6 +68,22 @@ const orders = checkWith(
 const idle = checkWith("idle", [])
 
 describe("buildReport", () => {
+  it("compares restore time with the objective in milliseconds, as RestoreTimeObjectiveMet does", () => {
+    const base = run(3, "Succeeded", 600)
+    const restore = base.phases![0]!
+    // 600.4 s against 10m: over, though it rounds to 600 s.
+    const over: LastRun = {
+      ...base,
+      phases: [
+        { ...restore, completionTime: new Date(Date.parse(restore.startTime!) + 600_400).toISOString() },
+      ],
+    }
+    const c = checkWith("edge", [over], { objectives: { maxRestoreDuration: "10m" } })
+    const r = buildReport([{ cluster: "m1", check: c, verified: "True" }], end - 30 * day, end)
+    assert.strictEqual(r.checks[0]!.runs[0]!.restoreSeconds, 600)
+    assert.strictEqual(r.checks[0]!.restoreObjectiveMissed, 1)
+  })
+
   it("counts the period's runs, pass rate, durations against the objective, staleness and gaps", () => {
     const r = buildReport(
       [
