@@ -76,6 +76,8 @@ export const FleetCheckViewSchema = z.object({
       status: z.enum(conditionStatuses),
       reason: z.string(),
       message: z.string().optional(),
+      /** The placed check's objectives its last run missed (the FleetBackupCheck's status says so). */
+      objectivesMissed: z.array(z.enum(["restoreTime", "dataAge"])).optional(),
       lastSuccessfulTime: z.string().optional(),
       runID: z.string().optional(),
     }),

@@ -161,6 +161,24 @@ describe("a missed objective is its own state, never plain green", () => {
     assert.include(section, '>m1</a> <span class="badge warn"')
     assert.include(section, "missed: data age")
     assert.include(section, '>m2</a> <span class="badge ok">Verified</span>')
+    // Behind a filter that hides the placed check (?failing=true), the chip goes by what the
+    // FleetBackupCheck recorded: still amber, never plain green.
+    const hidden = renderOverview(
+      {
+        ...view,
+        checks: [],
+        fleetChecks: [
+          {
+            ...fleet,
+            clusters: [{ ...fleet.clusters[0]!, objectivesMissed: ["dataAge"] }, fleet.clusters[1]!],
+          },
+        ],
+      },
+      { role: "leader", hub: "h", pageSize: 100, page: 1, traceUrlTemplate: undefined, params: {} },
+    )
+    const hiddenSection = hidden.slice(hidden.indexOf('id="fleet-checks"'), hidden.indexOf('id="clusters"'))
+    assert.include(hiddenSection, '>m1</a> <span class="badge warn"')
+    assert.include(hiddenSection, '>m2</a> <span class="badge ok">Verified</span>')
     // A FleetBackupCheck that fails for a failing cluster stays red.
     const failing = renderOverview(
       { ...view, fleetChecks: [fleetCheckView("x", "False", [{ name: "m1", status: "False" }])] },

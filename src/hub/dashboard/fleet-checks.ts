@@ -26,7 +26,7 @@ export type CheckLookup = (cluster: string, namespace: string, name: string) => 
  * A cluster's or drill's verdict: the entry's status, amber when the check's own view (when the fleet
  * view holds it) shows it verified with a missed objective.
  */
-const entryBadge = (status: string, check: CheckView | undefined): Html =>
+const entryBadge = (status: string, check: Pick<CheckView, "status" | "objectives"> | undefined): Html =>
   check !== undefined && status === "True" && isObjectiveMissed(check) ? checkBadge(check) : badge(status)
 
 /** How many clusters a row lists before "and N more" (the full list is in the object's status). */
@@ -38,8 +38,15 @@ const clusterChip = (f: FleetCheckView, c: FleetCheckView["clusters"][number], l
     c.placement === "Placed" && f.check
       ? checkHref({ cluster: c.name, namespace: f.check.namespace, name: f.check.name })
       : clusterHref(c.name)
+  // The check's own view when this page holds it, else what the FleetBackupCheck recorded it missed.
   const placed =
-    c.placement === "Placed" && f.check ? lookup(c.name, f.check.namespace, f.check.name) : undefined
+    (c.placement === "Placed" && f.check ? lookup(c.name, f.check.namespace, f.check.name) : undefined) ??
+    (c.objectivesMissed && c.objectivesMissed.length > 0
+      ? {
+          status: c.status,
+          objectives: Object.fromEntries(c.objectivesMissed.map((o) => [o, "False" as const])),
+        }
+      : undefined)
   return html`<li><a href="${link}" title="${title}">${c.name}</a> ${entryBadge(c.status, placed)}${
     c.placement === "Placed" ? nothing : html` <span class="muted">${c.placement}</span>`
   }</li>`

@@ -167,6 +167,9 @@ export const viewOf = (
       status: c.verified,
       reason: c.reason,
       ...(c.message ? { message: c.message } : {}),
+      ...(c.objectivesMissed && c.objectivesMissed.length > 0
+        ? { objectivesMissed: [...c.objectivesMissed] }
+        : {}),
       ...(c.lastSuccessfulTime ? { lastSuccessfulTime: c.lastSuccessfulTime } : {}),
       ...(c.lastRun ? { runID: c.lastRun.runID } : {}),
     })),
