@@ -22,17 +22,27 @@ const checkWith = (spec: Record<string, unknown>) => ({
 })
 
 describe("spec.restore", () => {
-  it("the README's snippet for each method is a valid check", () => {
-    const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8")
-    const block = /```yaml\n(restore:[\s\S]*?)```/.exec(readme)?.[1] ?? ""
-    const methods = block.split(/(?=^restore:)/m).map((part) => {
-      const restore = parse(part).restore
-      const parsed = parseBackupCheck(checkWith({ restore }))
-      expect(parsed.success, parsed.success ? "" : parsed.error).toBe(true)
-      return Object.keys(restore)[0]
-    })
-    expect(methods).toEqual(["restic", "postgres", "etcd"])
-  })
+  // Each method's getting-started page (docs/restore-<method>.md, linked from the README): every YAML
+  // snippet in it is a valid check, a `restore:` fragment or a whole BackupCheck, for that method only.
+  it.each(["restic", "postgres", "etcd"])(
+    "every snippet on docs/restore-%s.md is a valid check",
+    (method) => {
+      const page = readFileSync(new URL(`../../docs/restore-${method}.md`, import.meta.url), "utf8")
+      const blocks = [...page.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => parse(m[1]!))
+      expect(blocks.length).toBeGreaterThanOrEqual(2)
+      const kinds = blocks.map((doc) => {
+        const whole = doc.kind === "BackupCheck"
+        // A whole check as the API server stores it (with a uid); a fragment inside checkWith's check.
+        const stored = whole ? { ...doc, metadata: { ...doc.metadata, uid: "u-1" } } : undefined
+        const parsed = parseBackupCheck(stored ?? checkWith({ restore: doc.restore }))
+        expect(parsed.success, parsed.success ? "" : parsed.error).toBe(true)
+        if (parsed.success) expect(Object.keys(parsed.data.spec.restore ?? {})).toEqual([method])
+        return whole ? "check" : "restore"
+      })
+      expect(kinds).toContain("restore")
+      expect(kinds).toContain("check")
+    },
+  )
 
   it("takes exactly one of jobTemplate and restore", () => {
     const neither = parseBackupCheck(checkWith({}))
