@@ -5,11 +5,11 @@
 // for the hub's answer (/api/v1/report) and `fleetcheck report`, and one pure builder, so the numbers
 // are tested without a cluster and every reader computes them alike.
 import * as z from "zod"
-// A run's data age is measured as DataAgeObjectiveMet measures it: one pure function, no cycle
-// (objectives.ts reads only src/api's types and syntax).
-import { measureRun } from "../reconcile/objectives.ts"
 import type { BackupCheck, LastRun } from "./backupcheck.ts"
 import { conditionStatuses } from "./condition.ts"
+// A run's data age is measured as DataAgeObjectiveMet measures it: one pure function, no cycle
+// (objectives.ts reads only src/api's types and syntax).
+import { measureRun } from "./run-measures.ts"
 import { durationPattern, parseDuration } from "./syntax.ts"
 
 /** What the report is evidence for: the controls that ask for tested backups. */
