@@ -4,7 +4,6 @@
 // re-pointed to another server or refused after it was engaged), a hung member never holds up the
 // registration of another, and one cluster scope never gets two engines (DuplicateMember). Every test
 // ends with every check deletable without any hub.
-import { type AddressInfo, connect, createServer } from "node:net"
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from "vitest"
 import {
   apiRequest,
@@ -15,6 +14,7 @@ import {
 } from "../../clusters/local-fleet/index.ts"
 import { hubLeaseName } from "../../src/api/names.ts"
 import { hubNamespace, type RunningHub, startHub } from "../support/hub.ts"
+import { startProxy } from "../support/tcp-proxy.ts"
 import { sleep, waitUntil } from "../support/wait.ts"
 
 const cleanupFinalizer = "fleetcheck.io/cleanup"
@@ -469,20 +469,9 @@ describe("registration lifecycle", () => {
     await sleep(1_100) // creationTimestamp has one-second resolution
     // The same API server through a TCP load balancer: same CA, same credential, another URL, so URL
     // and CA cannot tell them apart.
-    const port = Number(new URL(m1.server).port)
-    const balancer = createServer((client) => {
-      const upstream = connect(port, "127.0.0.1")
-      client.pipe(upstream).pipe(client)
-      const close = () => {
-        client.destroy()
-        upstream.destroy()
-      }
-      client.on("error", close)
-      upstream.on("error", close)
-    })
-    await new Promise<void>((resolve) => balancer.listen(0, "127.0.0.1", resolve))
-    onTestFinished(() => new Promise<void>((resolve) => balancer.close(() => resolve())))
-    const balanced = (balancer.address() as AddressInfo).port
+    const balancer = await startProxy(Number(new URL(m1.server).port))
+    onTestFinished(() => balancer.close())
+    const balanced = balancer.port
     const byName = m1.kubeconfig.replace(`server: ${m1.server}`, `server: https://127.0.0.1:${balanced}`)
     expect(byName).not.toBe(m1.kubeconfig)
     await register("name-b", byName)
