@@ -12,8 +12,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache=${FLEETCHECK_CACHE:-$HOME/.cache/fleetcheck}
-say() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=clusters/build-lib.sh
+source "$here/build-lib.sh"
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
@@ -25,11 +25,6 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
 fi
 
 command -v go >/dev/null || { say "Go is required to build the Kubernetes binaries (go 1.26)"; exit 1; }
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
-
-# version_of MODULE_DIR MODULE_PATH -> the version required in that wrapper's go.mod
-version_of() { sed -n "s|^[[:space:]]*$2 \(v[^ ]*\).*|\1|p" "$1/go.mod" | head -n1; }
-key_of() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-10; }
 
 k8s_dir=$here/bin/k8s
 etcd_dir=$here/bin/etcd
@@ -44,30 +39,6 @@ k8s_out=$cache/bin/k8s-$kv-$(key_of "$k8s_dir")
 etcd_out=$cache/bin/etcd-$ev-$(key_of "$etcd_dir")
 kwok_out=$cache/bin/kwok-$wv-$(key_of "$kwok_dir")
 etcdutl_out=$cache/bin/etcdutl-$uv-$(key_of "$etcdutl_dir")
-
-# build NAME OUT_DIR MODULE_DIR "BINARIES" -- go build args...
-build() {
-  local name=$1 out=$2 dir=$3 bins=$4; shift 4
-  local missing=0 b
-  for b in $bins; do [[ -x "$out/$b" ]] || missing=1; done
-  if [[ $missing -eq 0 ]]; then say "$name: cached in $out"; return 0; fi
-  say "$name: building $bins (cold builds take minutes; log in $out.log)"
-  mkdir -p "$out.tmp"
-  local start=$SECONDS
-  # A heartbeat so a long compile never looks hung.
-  ( while sleep 30; do say "$name: still compiling ($((SECONDS - start))s)"; done ) &
-  local beat=$!
-  if (cd "$dir" && go build -o "$out.tmp/" "$@") >"$out.log" 2>&1; then
-    kill "$beat" 2>/dev/null || true
-    rm -rf "$out" && mv "$out.tmp" "$out"
-    say "$name: built in $((SECONDS - start))s"
-  else
-    kill "$beat" 2>/dev/null || true
-    say "$name: build failed; last lines of $out.log:"
-    tail -n 30 "$out.log" >&2
-    exit 1
-  fi
-}
 
 mkdir -p "$cache/bin"
 # Version stamping as upstream's hack/lib/version.sh does, so /version reports the real version.
