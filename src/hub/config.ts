@@ -188,7 +188,7 @@ export const hubSettings = {
     "probe-interval",
     duration("100ms", "1h"),
     "1m",
-    "how often each member's API server is probed (one LIST) while it answers; its connection is PINGed after 30 s without a frame meanwhile (a broken watch or connection wakes the probe at once, a failed probe is confirmed at 1 s steps, an unreachable member is probed at least every 10 s)",
+    "how often each member's API server is probed (one LIST) while it answers; its connection is PINGed after 4 s without a frame meanwhile and closed when 4 s more pass unanswered (a broken watch or connection wakes the probe at once, a failed probe is confirmed at 1 s steps, an unreachable member is probed at least every 10 s)",
   ),
   probeFailureThreshold: setting(
     "probe-failure-threshold",
@@ -260,7 +260,7 @@ export const hubSettings = {
     "http2",
     bool,
     "true",
-    "speak HTTP/2 to the API servers that offer it (over TLS, by ALPN), as client-go does: one connection per credential carries every request and watch (the hub's own API server gets two: one for the Leases alone), PINGed after 30s without traffic and closed when nothing, not even the PING's answer, arrives for 15s after it; false: HTTP/1.1 only, one connection per request in flight (client-go's DISABLE_HTTP2)",
+    "speak HTTP/2 to the API servers that offer it (over TLS, by ALPN), as client-go does: one connection per credential carries every request and watch (the hub's own API server gets two: one for the Leases alone), PINGed after 30s without traffic and closed when nothing, not even the PING's answer, arrives for 15s after it (member connections: 4s and 4s, so a frozen member is Connected=False within 15s); false: HTTP/1.1 only, one connection per request in flight (client-go's DISABLE_HTTP2)",
   ),
   expiryWarningMs: setting(
     "credential-expiry-warning",
