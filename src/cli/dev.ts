@@ -312,11 +312,11 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
         ...(caFile
           ? [
               `  status      bin/fleetcheck status --hub ${url} --hub-ca-file ${caFile} --kubeconfig ${hubKubeconfig}`,
-              `  access      HTTPS (certificate sha256 ${running.servingCert?.fingerprint}) and a bearer token the hub cluster reviews, as deploy/ (docs/deploy.md §2a, §2b)`,
+              `  access      HTTPS (certificate sha256 ${running.servingCert?.fingerprint}) and a bearer token the hub cluster reviews, as deploy/ (docs/deploy/secure-serving.md)`,
             ]
           : [
               `  status      bin/fleetcheck status --hub ${url}`,
-              "  access      open, plain HTTP here (loopback); --secure-serving serves as deploy/ does: HTTPS and tokens (docs/deploy.md §2a, §2b)",
+              "  access      open, plain HTTP here (loopback); --secure-serving serves as deploy/ does: HTTPS and tokens (docs/deploy/secure-serving.md)",
             ]),
         ...replicaLines,
         ...fleet.clusters.map((c) => `  ${c.name.padEnd(10)}  KUBECONFIG=${c.kubeconfigPath}`),

@@ -33,7 +33,7 @@
 //
 // Credentials of a scope are kept in memory only. A Secret re-pointed to another server while no hub
 // runs (or between the edit and its reconcile across a failover) leaves the old server's scope without
-// credentials: the hub says so in a FinalizersNotReleased Event and forgets it (docs/deploy.md says how
+// credentials: the hub says so in a FinalizersNotReleased Event and forgets it (docs/deploy/unregistering.md says how
 // to release it by hand). Narrowing on the same server is released with the Secret's current
 // credentials, so it survives restarts.
 import type { V1ObjectMeta, V1Secret } from "@kubernetes/client-node"
@@ -805,7 +805,7 @@ export const runRegistration = Effect.fnUntraced(function* (options: Registratio
       if (unreachable.length > 0) {
         st.held = st.held.filter((h) => h.credentials.size > 0)
         for (const h of unreachable.filter((x) => x.synced)) {
-          const message = `cannot release ${finalizerName} in ${describeNamespaces(h.namespaces)} at ${h.cluster.server}: the hub no longer has credentials for that server (the Secret was re-pointed or refused while no hub ran). Remove the finalizer there by hand (see docs/deploy.md).`
+          const message = `cannot release ${finalizerName} in ${describeNamespaces(h.namespaces)} at ${h.cluster.server}: the hub no longer has credentials for that server (the Secret was re-pointed or refused while no hub ran). Remove the finalizer there by hand (see docs/deploy/unregistering.md).`
           yield* Effect.logWarning("held scope without credentials; forgetting it").pipe(
             Effect.annotateLogs({ server: h.cluster.server }),
           )

@@ -739,7 +739,7 @@ describe("deploy/: manifests, RBAC and image", () => {
 
   it("secure serving: TLS with a rotated certificate, tokens reviewed by the API server; the dashboard through the service proxy by services/proxy RBAC", async () => {
     const address = nonLoopbackAddress()
-    // Readers: one per example role in deploy/hub/access-roles.yaml, bound the way docs/deploy.md says,
+    // Readers: one per example role in deploy/hub/access-roles.yaml, bound the way docs/deploy/secure-serving.md says,
     // and a stranger with no role. Tokens from TokenRequest, as Prometheus' or a person's would be.
     const readers = ["metrics-scraper", "fleet-reader", "dashboard-viewer", "stranger"]
     for (const name of readers)
