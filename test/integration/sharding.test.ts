@@ -726,6 +726,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     console.log(
       `audit: ${counted} writes for ${allMembers().length} members (besides ${races} Lease writes that lost a race: 409) checked against ${[...terms.values()].reduce((n, t) => n + t.length, 0)} Lease terms of ${[...holders].sort().join(", ")}`,
     )
+    // In full on stderr: the assertion's diff shortens a long string to its first line.
+    if (problems.length > 0)
+      console.error(`fencing problems (${problems.length}):\n${problems.slice(0, 30).join("\n")}`)
     expect(problems.slice(0, 30).join("\n")).toBe("")
     expect((await duplicateJobs()).join("\n"), "duplicate restore Jobs").toBe("")
     // The replicas are told apart in every log: each one's writes are there.
