@@ -242,7 +242,7 @@ const syncOnce = Effect.fnUntraced(function* (
 
 /**
  * The member's status round under the hub-wide bound on MemberCluster status writes (ADR 0010,
- * 2026-12-01 addendum). A round with nothing to write takes no permit. One with something to write
+ * decision 9). A round with nothing to write takes no permit. One with something to write
  * waits for a permit in the class its news deserves (status-news.ts: bad news first), looking again
  * every `recheckMs` while it waits (news that turned bad moves it up), and only once it holds a permit
  * builds the status it writes, from the member's state and `views()` as they are then: a member that
@@ -913,7 +913,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
   })
   // Woken by the ticker when a round has effects, one run of them at a time. The round's plain part runs
   // on every tick even while effects are pending: a MemberCluster write can wait its turn under the
-  // hub-wide bound for many rounds (ADR 0010, 2026-12-01 addendum), and the watch health every view
+  // hub-wide bound for many rounds (ADR 0010, decision 9), and the watch health every view
   // reads must stay current meanwhile. Effects found while others are pending fold into the next run.
   const roundWithEffects = yield* Queue.sliding<void>(1)
   let effectsPending = false

@@ -1,8 +1,8 @@
 // Gives memory back after a burst. A wave of restores parses thousands of watch events and responses
 // at once; afterwards V8 keeps the heap pages their garbage occupied mapped and resident, outside its
 // own heap statistics, and its memory reducer does not release them: only a memory-reducing ("last
-// resort") collection does (ADR 0010, "what the memory after a wave is"). So the hub's RSS stayed near
-// its peak with a fifth of it live. This loop watches what the process holds beyond V8's resident heap;
+// resort") collection does (docs/performance.md, "Memory"). So the hub's RSS stayed near its
+// peak with a fifth of it live. This loop watches what the process holds beyond V8's resident heap;
 // once that grew by the threshold, the RSS stopped growing and no reconcile runs (the burst is over), it
 // runs that collection: one pause of the main thread, several milliseconds per MiB of live heap on a busy
 // machine (seconds at 100,000 cached checks), at most once per interval. Off unless a threshold is set.

@@ -1,5 +1,5 @@
 // What a MemberCluster status write would tell its readers, as a priority for the hub-wide bound on
-// status writes (ADR 0010, 2026-12-01 addendum): while writes wait for a permit, bad news goes first,
+// status writes (ADR 0010, decision 9): while writes wait for a permit, bad news goes first,
 // so `kubectl get membercluster` never shows a member green for longer than the writes ahead of it
 // that carry bad news too.
 //

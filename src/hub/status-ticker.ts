@@ -1,4 +1,4 @@
-// One hub-wide timer for every member's MemberCluster status round (ADR 0010, converged CPU addendum).
+// One hub-wide timer for every member's MemberCluster status round (ADR 0010, decision 10).
 // Each member's round ran in its own fiber sleeping --status-interval between rounds: at 1,000 members
 // 500 timers and fiber resumptions a second, each paying Effect's suspension and the timer's machinery,
 // for rounds that nearly always find nothing to write. Here one fiber ticks: a member's round is a plain

@@ -1,4 +1,4 @@
-// MemberCluster status writes under the hub-wide bound (ADR 0010, 2026-12-01 addendum): a round with
+// MemberCluster status writes under the hub-wide bound (ADR 0010, decision 9): a round with
 // nothing to write takes no permit; waiting writes go bad news first; a member that waited writes its
 // latest status once. The hub API is a small in-memory stand-in whose status PATCHes can be held.
 import { assert, describe, it } from "@effect/vitest"

@@ -2,9 +2,9 @@
 // whole object, freshly decoded, though an update usually changes a few fields (resourceVersion, a
 // label, one condition). Pointing the new object's unchanged parts at the cached object's parts lets
 // the decoded copies die young instead of being promoted with the new object (at 500 events a second
-// the decoded objects and what was derived from them were about 40% of what the hub promoted, ADR
-// 0010), and lets work derived from a part, such as a parsed spec, be kept per part and found again by
-// identity on the next version.
+// the decoded objects and what was derived from them were about 40% of what the hub promoted,
+// docs/performance.md), and lets work derived from a part, such as a parsed spec, be kept per part and
+// found again by identity on the next version.
 //
 // Only the new object is changed, before anyone else sees it; the cached one is never touched, so
 // readers holding it are unaffected. Only plain JSON values are shared (what JSON.parse yields);

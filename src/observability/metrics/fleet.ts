@@ -147,7 +147,7 @@ export const makeFleetGauges = (
     registry,
   ).series({})
 
-  // the hub-wide bound on MemberCluster status writes (ADR 0010, 2026-12-01 addendum)
+  // the hub-wide bound on MemberCluster status writes (ADR 0010, decision 9)
   const statusWritesWaiting = fastGauge(
     {
       name: "fleetcheck_member_cluster_status_writes_waiting",
