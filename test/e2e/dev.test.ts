@@ -4,12 +4,16 @@
 // both members and verified, `fleetcheck status` says so with exit 1,
 // and Ctrl-C leaves no process or temporary directory behind.
 import { type ChildProcess, execFile } from "node:child_process"
-import { existsSync, readdirSync, readFileSync } from "node:fs"
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs"
+import { join } from "node:path"
+import { chromium } from "playwright-core"
 import { afterAll, describe, expect, it } from "vitest"
 import { startDev } from "../support/dev.ts"
 import { sleep } from "../support/wait.ts"
 
 const bin = new URL("../../bin/fleetcheck", import.meta.url).pathname
+const resultsDir = new URL("../../test-results/", import.meta.url).pathname
+const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
 
 const run = (args: string[]) =>
   new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
@@ -85,6 +89,22 @@ describe("fleetcheck dev", () => {
     expect(page).toContain("checksum mismatch")
     expect(page).toContain("Fleet checks")
     expect(page).toContain("etcd-snapshots")
+    // The README's picture (docs/images/dashboard.png is a copy of this file): the dev fleet's
+    // dashboard as a browser draws it, once the samples have their verdicts.
+    const browser = await chromium.launch({
+      executablePath: chromiumPath,
+      headless: true,
+      args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
+    })
+    try {
+      const tab = await browser.newPage({ viewport: { width: 1280, height: 800 }, locale: "en-US" })
+      await tab.goto(`${url}/`)
+      mkdirSync(resultsDir, { recursive: true })
+      await tab.screenshot({ path: join(resultsDir, "dev-dashboard.png") })
+      expect(await tab.locator("text=orders-files-damaged").count()).toBeGreaterThan(0)
+    } finally {
+      await browser.close()
+    }
 
     dev.kill("SIGINT")
     const code = await new Promise<number | null>((r) => dev?.once("exit", r))
