@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes a clone ready to run: npm dependencies as locked (only when the lockfile changed since the last
 # install), the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck),
-# Chromium for the dashboard test and the restore agent's tools (config/install-restore-tools.sh).
+# Chromium for the dashboard test, the restore agent's tools (config/install-restore-tools.sh) and
+# Prometheus with Alertmanager (config/install-prometheus.sh).
 # Used by `npm test` (pretest), `bin/fleetcheck` and .ci/run, so a fresh clone needs no other step.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,4 +20,6 @@ if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
   bash config/install-chromium.sh >&2
   # restic, PostgreSQL, barman-cloud and the S3 server: the restore agent's real tools.
   bash config/install-restore-tools.sh
+  # Prometheus (promtool: the alert rules' tests) and Alertmanager, Debian's.
+  bash config/install-prometheus.sh
 fi
