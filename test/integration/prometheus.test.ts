@@ -69,20 +69,32 @@ const dashboardExpressions = (dashboard: unknown): Array<{ where: string; expr: 
 
 /**
  * The dashboard's variables as Prometheus can take them: $cluster and $namespace as match-all
- * regexes, the interval macros as a range that fits a 2 s scrape interval (Grafana's $__rate_interval
- * would be 4 scrapes at least).
+ * regexes; the interval macros as 5m, a range that covers this file's restores (the rate of a
+ * histogram over a window without a restore is NaN: no data, rightly).
  */
 const substituteVariables = (expr: string) =>
   expr
-    .replace(/\$\{?__rate_interval\}?|\[\[__rate_interval\]\]/g, "20s")
-    .replace(/\$\{?__interval\}?|\[\[__interval\]\]/g, "20s")
+    .replace(/\$\{?__rate_interval\}?|\[\[__rate_interval\]\]/g, "5m")
+    .replace(/\$\{?__interval\}?|\[\[__interval\]\]/g, "5m")
     .replace(/\$\{?__range\}?/g, "5m")
     .replace(/\$\{(cluster|namespace)(:[a-z]+)?\}|\$(cluster|namespace)\b|\[\[(cluster|namespace)\]\]/g, ".*")
 
-const hasData = (r: PromResult) =>
-  r.resultType === "scalar" || r.resultType === "string"
-    ? true
-    : Array.isArray(r.result) && r.result.length > 0
+/** At least one sample that is a number (NaN, from a ratio or quantile of nothing, is no data). */
+const hasData = (r: PromResult): boolean => {
+  const finite = (v: unknown) => Array.isArray(v) && Number.isFinite(Number(v[1]))
+  if (r.resultType === "scalar") return finite(r.result)
+  if (r.resultType === "string") return true
+  const series = Array.isArray(r.result) ? (r.result as Array<{ value?: unknown; values?: unknown[] }>) : []
+  return series.some((s) => finite(s.value) || (s.values ?? []).some(finite))
+}
+
+/** A variable's `label_values(metric, label)` as the PromQL Grafana asks for it. */
+const variableExpression = (query: unknown): string | undefined => {
+  const text = typeof query === "string" ? query : (query as { query?: unknown } | null)?.query
+  if (typeof text !== "string") return undefined
+  const m = /^label_values\((.+),\s*(\w+)\)$/.exec(text.trim())
+  return m ? `count by (${m[2]}) (${m[1]})` : text
+}
 
 const tokenFor = async (cluster: LocalCluster, serviceAccount: string) => {
   const r = await cluster.api(
@@ -381,7 +393,10 @@ describe("Prometheus and Alertmanager: the shipped rules and dashboard against a
   it("every expression in the rules returns data (the conditions made real: a red check, a missed objective, a stale check, an unreachable member, a refused sandbox cleanup)", async () => {
     const rules = shippedRules()
     expect(rules.length).toBeGreaterThan(0)
-    // FleetcheckHubAbsent is about a hub that is gone: the last test stops the hub for it.
+    // Every alert expression is empty in a healthy fleet, as it should be: each selects its condition
+    // (a check not verified, a deadline passed, an objective missed, a member disconnected, a refused
+    // sandbox delete, no hub leading). beforeAll made each condition real; FleetcheckHubAbsent's is a
+    // hub that is gone, so the last test stops the hub for it.
     const now = rules.filter((r) => r.alert !== "FleetcheckHubAbsent")
     const empty = await waitUntil(
       "every rule expression to return data",
@@ -397,12 +412,22 @@ describe("Prometheus and Alertmanager: the shipped rules and dashboard against a
       2_000,
     ).catch(() => lastMissing)
     expect(empty, "rule expressions that returned no data").toEqual([])
+    console.log(`[prometheus] ${now.length} rule expressions each returned data`)
   })
 
   it("every expression in the dashboard returns data ($cluster, $namespace as .*)", async () => {
     const dashboard = JSON.parse(readFileSync(dashboardFile, "utf8"))
     const exprs = dashboardExpressions(dashboard)
     expect(exprs.length).toBeGreaterThan(0)
+    // The variables' queries too: an empty one would leave the dashboard with nothing to pick.
+    for (const v of (dashboard.templating?.list ?? []) as Array<{
+      name?: string
+      type?: string
+      query?: unknown
+    }>) {
+      const expr = v.type === "query" ? variableExpression(v.query) : undefined
+      if (expr !== undefined) exprs.push({ where: `variable $${v.name}`, expr })
+    }
     const empty = await waitUntil(
       "every dashboard expression to return data",
       60_000,
@@ -419,6 +444,7 @@ describe("Prometheus and Alertmanager: the shipped rules and dashboard against a
       2_000,
     ).catch(() => lastMissing)
     expect(empty, "dashboard expressions that returned no data").toEqual([])
+    console.log(`[prometheus] ${exprs.length} dashboard expressions (variables included) each returned data`)
   })
 
   it("with the hub gone, FleetcheckHubAbsent's expression returns data", async () => {
