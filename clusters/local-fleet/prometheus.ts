@@ -85,11 +85,19 @@ const onPath = (names: ReadonlyArray<string>, installHint: string): string => {
   throw new Error(`none of ${names.join(", ")} is on PATH: ${installHint}`)
 }
 
-/** Bounded JSON GET against a loopback Prometheus or Alertmanager. */
+const maxAnswerBytes = 16 * 1024 * 1024
+
+/** JSON GET against a loopback Prometheus or Alertmanager, read up to maxAnswerBytes. */
 const getJson = async (url: string): Promise<unknown> => {
   const r = await fetch(url, { signal: AbortSignal.timeout(10_000) })
-  const text = await r.text()
-  if (text.length > 16 * 1024 * 1024) throw new Error(`${url}: answer over 16 MiB`)
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for await (const chunk of r.body ?? []) {
+    size += chunk.length
+    if (size > maxAnswerBytes) throw new Error(`${url}: answer over ${maxAnswerBytes} bytes`)
+    chunks.push(chunk)
+  }
+  const text = Buffer.concat(chunks).toString("utf8")
   if (!r.ok) throw new Error(`${url}: ${r.status} ${text.slice(0, 500)}`)
   return JSON.parse(text)
 }
