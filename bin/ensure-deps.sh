@@ -16,6 +16,8 @@ if ! cmp -s package-lock.json node_modules/.fleetcheck-lock 2>/dev/null; then
 fi
 if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
   bash clusters/build.sh >/dev/null
+  # Helm (test/integration/helm.test.ts: lint, template, install of deploy/helm), from the Go module proxy.
+  bash clusters/build-tool.sh helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm >/dev/null
   # The dashboard test drives Debian's Chromium (apt-get; root or sudo). Skipped when already present.
   bash config/install-chromium.sh >&2
   # restic, PostgreSQL, barman-cloud and the S3 server: the restore agent's real tools.
