@@ -270,11 +270,12 @@ or install the chart fleetcheck-member in the member and write the Secret yourse
 
 The fleet at a glance, from your machine, through the hub Service:
   kubectl -n {{ .Release.Namespace }} port-forward svc/fleetcheck-hub {{ include "fleetcheck.portOf" .Values.hub.httpAddress }}:{{ include "fleetcheck.portOf" .Values.hub.httpAddress }} &
-  fleetcheck status --hub https://127.0.0.1:{{ include "fleetcheck.portOf" .Values.hub.httpAddress }} \\
 {{- if .Values.tls.certManager.enabled }}
-    --hub-ca-file <(kubectl -n {{ .Release.Namespace }} get secret fleetcheck-ca -o jsonpath='{.data.ca\\.crt}' | base64 -d)
+  kubectl -n {{ .Release.Namespace }} get secret fleetcheck-ca -o jsonpath='{.data.ca\\.crt}' | base64 -d > fleetcheck-ca.crt
+  fleetcheck status --hub https://127.0.0.1:{{ include "fleetcheck.portOf" .Values.hub.httpAddress }} --hub-ca-file fleetcheck-ca.crt --tls-server-name fleetcheck-hub.{{ .Release.Namespace }}.svc
 {{- else }}
-    --hub-insecure-skip-tls-verify
+  fleetcheck status --hub https://127.0.0.1:{{ include "fleetcheck.portOf" .Values.hub.httpAddress }} --insecure-skip-tls-verify
+  (the hub's certificate is self-signed, made at start; tls.certManager.enabled=true gives one to verify)
 {{- end }}
 (your token needs the ClusterRole fleetcheck-fleet-reader; docs/deploy.md, "Who may read what").
 `
