@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes a clone ready to run: npm dependencies as locked (only when the lockfile changed since the last
 # install), the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck),
-# Chromium for the dashboard test and the restore agent's tools (config/install-restore-tools.sh).
+# Chromium for the dashboard test, the restore agent's tools (config/install-restore-tools.sh) and
+# Prometheus with Alertmanager (config/install-prometheus.sh).
 # Used by `npm test` (pretest), `bin/fleetcheck` and .ci/run, so a fresh clone needs no other step.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,8 +16,12 @@ if ! cmp -s package-lock.json node_modules/.fleetcheck-lock 2>/dev/null; then
 fi
 if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
   bash clusters/build.sh >/dev/null
+  # Helm (test/integration/helm.test.ts: lint, template, install of deploy/helm), from the Go module proxy.
+  bash clusters/build-tool.sh helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm >/dev/null
   # The dashboard test drives Debian's Chromium (apt-get; root or sudo). Skipped when already present.
   bash config/install-chromium.sh >&2
   # restic, PostgreSQL, barman-cloud and the S3 server: the restore agent's real tools.
   bash config/install-restore-tools.sh
+  # Prometheus (promtool: the alert rules' tests) and Alertmanager, Debian's.
+  bash config/install-prometheus.sh
 fi

@@ -34,3 +34,12 @@ export {
 } from "./fleetcheck.ts"
 export { type HubLogLine, type HubProcess, type HubProcessOptions, startHubProcess } from "./hub-process.ts"
 export type { ManagedProcess } from "./processes.ts"
+export {
+  type LocalPrometheus,
+  type PromAlert,
+  type PrometheusOptions,
+  type PromResult,
+  type PromTarget,
+  ruleFileFrom,
+  startPrometheus,
+} from "./prometheus.ts"

@@ -15,6 +15,7 @@ import { type LaunchedHub, launchHub } from "../hub/launch.ts"
 import { makeLeaderIdentity } from "../hub/leader-election.ts"
 import { selfSignedServingCert } from "../hub/serving/serving-cert.ts"
 import { leases, pathOf } from "../kube/resources.ts"
+import { type DevPrometheus, devAlertForSeconds, startDevPrometheus } from "./dev-prometheus.ts"
 import {
   balancedIdentity,
   holdersFromLeases,
@@ -26,7 +27,7 @@ import {
 } from "./dev-replicas.ts"
 import { renderStatus } from "./status.ts"
 
-export const devUsage = `Usage: fleetcheck dev [--members N] [--hub-replicas N] [--port PORT] [--secure-serving]
+export const devUsage = `Usage: fleetcheck dev [--members N] [--hub-replicas N] [--port PORT] [--secure-serving] [--prometheus]
 
 Starts a real local fleet on this machine: a hub cluster and N member clusters (default 2) sharing one
 etcd, the CRDs, the members registered by kubeconfig Secrets (the last of two or more by a
@@ -48,6 +49,12 @@ FLEETCHECK_* hub settings apply (see fleetcheck hub --help); logs default to War
                     FLEETCHECK_TLS_CERT_FILE/FLEETCHECK_TLS_PRIVATE_KEY_FILE) with bearer tokens
                     reviewed by the hub cluster; the dashboard then on a loopback port of its own.
                     Off by default: plain HTTP, no tokens.
+  --prometheus      also run Debian's Prometheus and Alertmanager (bash config/install-prometheus.sh)
+                    on loopback ports: Prometheus scrapes every hub replica (with --secure-serving by a
+                    ServiceAccount token and the hub's certificate, as docs/deploy.md says) and
+                    evaluates deploy/prometheus/rules.yaml with every \`for:\` shortened to ${devAlertForSeconds}s, so
+                    the failing samples' FleetcheckBackupCheckFailing fires within a minute; Alertmanager
+                    receives the alerts. The banner prints both URLs; each alert that fires is said here.
 `
 
 const say = (line: string) => process.stderr.write(`[dev] ${line}\n`)
@@ -78,6 +85,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
       "hub-replicas": { type: "string", default: "1" },
       port: { type: "string", default: "8080" },
       "secure-serving": { type: "boolean", default: false },
+      prometheus: { type: "boolean", default: false },
     },
     strict: true,
   })
@@ -97,7 +105,8 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   if (!Number.isInteger(port) || port < 0 || port > 65535)
     return bad(`--port must be a TCP port, got ${JSON.stringify(values.port)}`)
   // The harness is loaded here, not at the top: `fleetcheck hub` never loads it.
-  const { prepareFleet, startFleet, startHubProcess } = await import("../../clusters/local-fleet/index.ts")
+  const harness = await import("../../clusters/local-fleet/index.ts")
+  const { prepareFleet, startFleet, startHubProcess } = harness
   const names = ["hub", ...Array.from({ length: members }, (_, i) => `member-${i + 1}`)]
   const memberNames = names.slice(1)
   say("starting a local fleet (the first run builds the Kubernetes binaries; progress follows)")
@@ -106,6 +115,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     log: (l) => say(l),
   })
   let hub: LaunchedHub | undefined
+  let prometheus: DevPrometheus | undefined
   /** The other replicas (with --hub-replicas), each its own process. */
   const others: ReplicaProcess[] = []
   /** How long another replica may take to stop: its drain, then its Lease releases (set from the settings). */
@@ -115,6 +125,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   const stop = async (signal: string, code = 0) => {
     if (stopping) return
     stopping = true
+    prometheus?.stopWatching()
     say(
       others.length > 0
         ? `${signal}: stopping the ${others.length + 1} hub replicas (each drains its members and releases their Leases), then the fleet`
@@ -238,6 +249,16 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     const caFile = running.servingCert ? join(fleet.runDir, "hub-serving.crt") : undefined
     if (caFile && running.servingCert) writeFileSync(caFile, running.servingCert.pair.cert)
     const hubKubeconfig = hubCluster.kubeconfigPath
+    // Started before the wait: the failing samples' alerts are on their way while the runs finish.
+    if (values.prometheus)
+      prometheus = await startDevPrometheus({
+        harness,
+        fleet,
+        hubUrls: [url, ...others.map((o) => o.url)],
+        secure,
+        caFile: caFile ?? config.tlsCertFile,
+        say,
+      })
     say("waiting for the sample checks to finish their first runs")
     const deadline = Date.now() + 120_000
     const current = () => ({
@@ -319,6 +340,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
               "  access      open, plain HTTP here (loopback); --secure-serving serves as deploy/ does: HTTPS and tokens (docs/deploy/secure-serving.md)",
             ]),
         ...replicaLines,
+        ...(prometheus?.bannerLines ?? []),
         ...fleet.clusters.map((c) => `  ${c.name.padEnd(10)}  KUBECONFIG=${c.kubeconfigPath}`),
         `  kubectl     ${fleet.binDir}/kubectl`,
         "",

@@ -327,7 +327,7 @@ export const hubSettings = {
     "check-metrics",
     z.enum(checkSeriesModes, "all, unverified or none"),
     "all",
-    "per-check /metrics series (fleetcheck_backupcheck_*): all checks, only those not verified, or none; the per-member counts fleetcheck_backupchecks are always on",
+    "per-check /metrics series (fleetcheck_backupcheck_*): all checks, only those an alert is about (not verified, an objective missed, a sandbox cleanup failed, past their verification deadline), or none; the per-member counts fleetcheck_backupchecks are always on",
   ),
   memberHistograms: setting(
     "member-histograms",

@@ -249,9 +249,11 @@ export const runHub = Effect.fnUntraced(function* (
   let drainGrace = () => config.drainGraceMs
   const leaderWork = Effect.gen(function* () {
     leading = true
+    metrics.setLeader(true)
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
         leading = false
+        metrics.setLeader(false)
         registrationSynced = false
         members.clear()
         fleetChecks.clear()
@@ -311,8 +313,10 @@ export const runHub = Effect.fnUntraced(function* (
     }).pipe(Effect.orDie)
     placing = placement.isLeader
     const shardedWork = Effect.gen(function* () {
+      metrics.setLeader(true)
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
+          metrics.setLeader(false)
           registrationSynced = false
           members.clear()
           metrics.forgetAll()

@@ -17,6 +17,7 @@ import {
 } from "../kube/client.ts"
 import { backupChecks, memberClusters, pathOf } from "../kube/resources.ts"
 import { credentialsExpiringSoon } from "../kubeconfig/policy.ts"
+import { checkFacts } from "../observability/metrics/check-facts.ts"
 import type { FleetMetrics } from "../observability/metrics/index.ts"
 import { VerdictLog } from "../observability/verdict-log.ts"
 import { jsonEqual } from "../reconcile/merge-patch.ts"
@@ -826,9 +827,10 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
           c.name,
           c.status,
           c.lastSuccessfulTime ? new Date(c.lastSuccessfulTime) : undefined,
+          { reason: c.reason, objectives: c.objectives },
         )
       }
-      // A fact of each check's last finished run (ADR 0009), so it changes only with the checks.
+      // Facts of each check's spec and last finished runs (ADR 0009), so they change only with the checks.
       for (const c of exporting ? entry.checks() : []) {
         const run = c.status === undefined ? undefined : lastFinishedRun(c.status)
         const age = run === undefined ? undefined : measureRun(run).dataAgeMs
@@ -838,6 +840,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
           c.metadata.name,
           age === undefined ? undefined : age / 1000,
         )
+        metrics.setCheckFacts(entry.name, c.metadata.namespace ?? "", c.metadata.name, checkFacts(c))
       }
     }
     return views

@@ -1,7 +1,8 @@
 // The README's first command, end to end: `bin/fleetcheck dev` brings up a hub and two members, the
 // samples end one Verified and one failed with a clear reason, the real-restore samples restore what
 // restic, etcd and pg_dump wrote (the damaged repository red), the FleetBackupCheck sample is placed in
-// both members and verified, `fleetcheck status` says so with exit 1,
+// both members and verified, `fleetcheck status` says so with exit 1, with --prometheus the failing
+// sample's FleetcheckBackupCheckFailing fires in Prometheus and reaches Alertmanager,
 // and Ctrl-C leaves no process or temporary directory behind.
 import { type ChildProcess, execFile } from "node:child_process"
 import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs"
@@ -39,7 +40,7 @@ describe("fleetcheck dev", () => {
 
   it("runs a local fleet with one verified and one failed sample, and cleans up on Ctrl-C", async () => {
     const t0 = Date.now()
-    const running = await startDev(bin, ["--port", "0"])
+    const running = await startDev(bin, ["--port", "0", "--prometheus"])
     dev = running.process
     const stdout = running.stdout()
     console.log(`fleetcheck dev ready in ${Date.now() - t0} ms`)
@@ -105,6 +106,31 @@ describe("fleetcheck dev", () => {
     } finally {
       await browser.close()
     }
+
+    // --prometheus: the failing sample's alert fires (dev shortens `for:`) and reaches Alertmanager.
+    const promUrl = /prometheus\s+(http:\/\/127\.0\.0\.1:\d+)\//.exec(stdout)?.[1]
+    const amUrl = /alertmgr\s+(http:\/\/127\.0\.0\.1:\d+)\//.exec(stdout)?.[1]
+    expect(promUrl && amUrl, stdout).toBeTruthy()
+    const isPayments = (labels: Record<string, string> | undefined) =>
+      labels?.alertname === "FleetcheckBackupCheckFailing" && labels.name === "payments-db-weekly"
+    const alertDeadline = Date.now() + 90_000
+    let inAlertmanager: Array<{ labels?: Record<string, string> }> = []
+    while (Date.now() < alertDeadline) {
+      inAlertmanager = (
+        (await (await fetch(`${amUrl}/api/v2/alerts`)).json()) as typeof inAlertmanager
+      ).filter((a) => isPayments(a.labels))
+      if (inAlertmanager.length > 0) break
+      await sleep(1_000)
+    }
+    expect(inAlertmanager[0]?.labels).toMatchObject({
+      cluster: "member-1",
+      namespace: "payments",
+      reason: "ChecksumMismatch",
+    })
+    const promAlerts = (await (await fetch(`${promUrl}/api/v1/alerts`)).json()) as {
+      data: { alerts: Array<{ labels: Record<string, string>; state: string }> }
+    }
+    expect(promAlerts.data.alerts.find((a) => isPayments(a.labels))?.state).toBe("firing")
 
     dev.kill("SIGINT")
     const code = await new Promise<number | null>((r) => dev?.once("exit", r))

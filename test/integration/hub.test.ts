@@ -212,8 +212,15 @@ describe("hub with three members", () => {
       sample("fleetcheck_backupcheck_verified", { cluster: "m3", namespace: ns, name: "db-nightly" }),
     ).toBe(1)
     expect(
-      sample("fleetcheck_backupcheck_verified", { cluster: "m3", namespace: ns, name: "db-broken" }),
+      sample("fleetcheck_backupcheck_verified", {
+        cluster: "m3",
+        namespace: ns,
+        name: "db-broken",
+        reason: "RestoreFailed",
+      }),
     ).toBe(0)
+    // the leader says so: FleetcheckHubAbsent stays quiet
+    expect(/^fleetcheck_hub_leader 1$/m.test(text)).toBe(true)
     expect(
       sample("fleetcheck_backupcheck_last_success_timestamp_seconds", { cluster: "m1", name: "db-nightly" }),
     ).toBeGreaterThan(1.7e9)

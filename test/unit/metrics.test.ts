@@ -263,6 +263,18 @@ describe("metrics: names and labels", () => {
             "",
             "# HELP fleetcheck_recovery_point_age_seconds Age of the newest record in the restored data when the check's last run verified it (the structured termination message's dataTimestamp)",
             "# TYPE fleetcheck_recovery_point_age_seconds gauge",
+            "",
+            "# HELP fleetcheck_backupcheck_objective_met The BackupCheck's objective conditions by objective (restoreTime: RestoreTimeObjectiveMet, dataAge: DataAgeObjectiveMet): 1 True, 0 False, -1 Unknown",
+            "# TYPE fleetcheck_backupcheck_objective_met gauge",
+            "",
+            "# HELP fleetcheck_backupcheck_objective_seconds The BackupCheck's spec.objectives in seconds by objective (restoreTime: maxRestoreDuration, dataAge: maxDataAge)",
+            "# TYPE fleetcheck_backupcheck_objective_seconds gauge",
+            "",
+            "# HELP fleetcheck_backupcheck_verification_deadline_timestamp_seconds Unix time by which the BackupCheck's next successful verification is due: the last success (or creation) plus spec.maxStaleness, or else two schedule slots after it plus spec.timeout",
+            "# TYPE fleetcheck_backupcheck_verification_deadline_timestamp_seconds gauge",
+            "",
+            "# HELP fleetcheck_backupcheck_sandbox_cleanups_failed Recorded runs of the BackupCheck (lastRun and history) whose sandbox namespace the hub could not delete (sandbox.cleanup Failed)",
+            "# TYPE fleetcheck_backupcheck_sandbox_cleanups_failed gauge",
           ].join("\n")}\n`,
         )
         assert.strictEqual(sampleValue(parseExposition(viaRegistry), "workqueue_adds_total", queue), 1)
@@ -958,6 +970,110 @@ describe("metrics at fleet scale", () => {
       const later = yield* scrape(unverified)
       assert.deepStrictEqual(verified(later), ["c0=0", "c3=-1"])
       assert.deepStrictEqual(counts(later), { True: 2, False: 1, Unknown: 1 })
+    }),
+  )
+
+  it.effect(
+    "the alert series: reason, objectives, deadline and failed cleanups, escaped and removed with the check",
+    () =>
+      Effect.gen(function* () {
+        const metrics = makeMetrics()
+        metrics.setCheckVerified("east", "db", 'we"ird', "False", undefined, { reason: "DataCorrupted" })
+        metrics.setCheckFacts("east", "db", 'we"ird', {
+          verificationDeadline: 1_700_000_000,
+          sandboxCleanupsFailed: 2,
+        })
+        metrics.setCheckVerified("east", "db", "slow", "True", new Date(0), {
+          reason: "RestoreSucceeded",
+          objectives: { restoreTime: "False", dataAge: "True" },
+        })
+        metrics.setCheckFacts("east", "db", "slow", {
+          objectiveSeconds: { restoreTime: 600, dataAge: 86_400 },
+        })
+        // facts of a check the views have not shown yet are dropped, not a series without a verdict
+        metrics.setCheckFacts("east", "db", "unseen", { sandboxCleanupsFailed: 1 })
+        const text = yield* Effect.promise(metrics.render)
+        assert.include(
+          text,
+          'fleetcheck_backupcheck_verified{cluster="east",namespace="db",name="we\\"ird",reason="DataCorrupted"} 0',
+        )
+        const e = parseExposition(text)
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_backupcheck_verified", { name: "slow", reason: "RestoreSucceeded" }),
+          1,
+        )
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_backupcheck_objective_met", { name: "slow", objective: "restoreTime" }),
+          0,
+        )
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_backupcheck_objective_met", { name: "slow", objective: "dataAge" }),
+          1,
+        )
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_backupcheck_objective_seconds", { name: "slow", objective: "dataAge" }),
+          86_400,
+        )
+        assert.strictEqual(find(e, "fleetcheck_backupcheck_objective_met", { name: 'we"ird' }).length, 0)
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_backupcheck_verification_deadline_timestamp_seconds", {
+            name: 'we"ird',
+          }),
+          1_700_000_000,
+        )
+        assert.strictEqual(
+          sampleValue(e, "fleetcheck_backupcheck_sandbox_cleanups_failed", { name: 'we"ird' }),
+          2,
+        )
+        assert.strictEqual(
+          find(e, "fleetcheck_backupcheck_sandbox_cleanups_failed", { name: "unseen" }).length,
+          0,
+        )
+
+        // a new reason replaces the old series; cleared objectives and facts leave
+        metrics.setCheckVerified("east", "db", "slow", "False", undefined, { reason: "RestoreFailed" })
+        metrics.setCheckFacts("east", "db", 'we"ird', {})
+        const later = yield* scrape(metrics)
+        assert.deepStrictEqual(
+          find(later, "fleetcheck_backupcheck_verified", { name: "slow" }).map((s) => s.labels.reason),
+          ["RestoreFailed"],
+        )
+        assert.strictEqual(find(later, "fleetcheck_backupcheck_objective_met").length, 0)
+        assert.strictEqual(
+          find(later, "fleetcheck_backupcheck_verification_deadline_timestamp_seconds").length,
+          0,
+        )
+        assert.strictEqual(find(later, "fleetcheck_backupcheck_sandbox_cleanups_failed").length, 0)
+        metrics.deleteCheck("east", "db", "slow")
+        assert.strictEqual(find(yield* scrape(metrics), "fleetcheck_backupcheck_objective_seconds").length, 0)
+      }),
+  )
+
+  it.effect("--check-metrics unverified also shows verified checks an alert is about", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics({ checkSeries: "unverified" })
+      const now = Date.now() / 1000
+      for (const name of ["fine", "missed", "uncleaned", "overdue", "due-later"])
+        metrics.setCheckVerified("east", "db", name, "True", new Date(0), {
+          objectives: { restoreTime: name === "missed" ? "False" : "True" },
+        })
+      metrics.setCheckFacts("east", "db", "uncleaned", { sandboxCleanupsFailed: 1 })
+      metrics.setCheckFacts("east", "db", "overdue", { verificationDeadline: now - 60 })
+      metrics.setCheckFacts("east", "db", "due-later", { verificationDeadline: now + 3600 })
+      const shown = find(yield* scrape(metrics), "fleetcheck_backupcheck_verified").map((s) => s.labels.name)
+      assert.deepStrictEqual(shown.sort(), ["missed", "overdue", "uncleaned"])
+    }),
+  )
+
+  it.effect("fleetcheck_hub_leader follows setLeader and survives forgetAll", () =>
+    Effect.gen(function* () {
+      const metrics = makeMetrics()
+      assert.strictEqual(sampleValue(yield* scrape(metrics), "fleetcheck_hub_leader"), 0)
+      metrics.setLeader(true)
+      metrics.forgetAll()
+      assert.strictEqual(sampleValue(yield* scrape(metrics), "fleetcheck_hub_leader"), 1)
+      metrics.setLeader(false)
+      assert.strictEqual(sampleValue(yield* scrape(metrics), "fleetcheck_hub_leader"), 0)
     }),
   )
 

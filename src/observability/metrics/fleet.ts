@@ -8,10 +8,16 @@
 // Every prom-client family is listed by the labels it is keyed on (perMember, perInformer), and removal
 // walks those lists: a family added to a list is removed with its cluster without more code.
 import { Counter, type Gauge, Histogram, type Registry } from "prom-client"
-import { type CheckSeriesMode, type CheckVerifiedStatus, makeCheckSeries } from "./check-series.ts"
+import {
+  type CheckFacts,
+  type CheckSeriesMode,
+  type CheckVerifiedStatus,
+  type CheckViewFacts,
+  makeCheckSeries,
+} from "./check-series.ts"
 import { type FastSeries, fastGauge } from "./fast-series.ts"
 
-export type { CheckVerifiedStatus } from "./check-series.ts"
+export type { CheckFacts, CheckVerifiedStatus, CheckViewFacts } from "./check-series.ts"
 
 export interface FleetGauges {
   /** Creates the cluster's member and informer series at zero (idempotent). */
@@ -24,7 +30,12 @@ export interface FleetGauges {
     name: string,
     status: CheckVerifiedStatus,
     lastSuccess?: Date,
+    view?: CheckViewFacts,
   ): void
+  /** The check's spec and run facts for the alerts (a check without series yet is skipped). */
+  setCheckFacts(cluster: string, namespace: string, name: string, facts: CheckFacts): void
+  /** Whether this hub does the leader's work (with sharding: works its share of the members). */
+  setLeader(leader: boolean): void
   deleteCheck(cluster: string, namespace: string, name: string): void
   setMemberConnected(cluster: string, connected: boolean): void
   setMemberReady(cluster: string, ready: boolean): void
@@ -146,6 +157,15 @@ export const makeFleetGauges = (
     },
     registry,
   ).series({})
+  // hub-wide and never removed: FleetcheckHubAbsent fires when no scraped hub has it at 1
+  const leader = fastGauge(
+    {
+      name: "fleetcheck_hub_leader",
+      help: "1 while this hub does the leader's work (with --sharding: while it works its share of the members)",
+      labelNames: [],
+    },
+    registry,
+  ).series({})
 
   // the hub-wide bound on MemberCluster status writes (ADR 0010, decision 9)
   const statusWritesWaiting = fastGauge(
@@ -225,9 +245,10 @@ export const makeFleetGauges = (
     name: string,
     status: CheckVerifiedStatus,
     lastSuccess?: Date,
+    view?: CheckViewFacts,
   ): void => {
     addCluster(cluster)
-    checkSeries.set(cluster, namespace, name, status, lastSuccess)
+    checkSeries.set(cluster, namespace, name, status, lastSuccess, view)
   }
 
   return {
@@ -236,6 +257,10 @@ export const makeFleetGauges = (
     },
     forgetCluster,
     setCheckVerified,
+    setCheckFacts: checkSeries.setFacts,
+    setLeader: (isLeader) => {
+      leader.value = isLeader ? 1 : 0
+    },
     deleteCheck: checkSeries.delete,
     setMemberConnected: (cluster, connected) => {
       addCluster(cluster).connected.value = connected ? 1 : 0

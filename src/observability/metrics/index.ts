@@ -20,7 +20,7 @@ import { type FleetCheckGauges, makeFleetCheckGauges } from "./fleet-checks.ts"
 
 export { type CheckSeriesMode, checkSeriesModes } from "./check-series.ts"
 export { reconcileTimeBuckets, workqueueDurationBuckets } from "./controller-runtime.ts"
-export type { CheckVerifiedStatus } from "./fleet.ts"
+export type { CheckFacts, CheckVerifiedStatus, CheckViewFacts } from "./fleet.ts"
 
 export interface MetricsOptions {
   /** Controllers whose series each cluster gets at once (default ["backupcheck"]); the first is queueHooks' default. */
@@ -142,10 +142,12 @@ export const makeMetrics = (options: MetricsOptions = {}): FleetMetrics => {
     },
     setFleetCheck: fleetChecks.setFleetCheck,
     deleteFleetCheck: fleetChecks.deleteFleetCheck,
-    setCheckVerified: (cluster, namespace, name, status, lastSuccess) => {
+    setCheckVerified: (cluster, namespace, name, status, lastSuccess, view) => {
       ensureCluster(cluster)
-      fleet.setCheckVerified(cluster, namespace, name, status, lastSuccess)
+      fleet.setCheckVerified(cluster, namespace, name, status, lastSuccess, view)
     },
+    setCheckFacts: fleet.setCheckFacts,
+    setLeader: fleet.setLeader,
     deleteCheck: fleet.deleteCheck,
     setMemberConnected: (cluster, connected) => {
       ensureCluster(cluster)
