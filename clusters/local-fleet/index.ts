@@ -41,5 +41,6 @@ export {
   type PromResult,
   type PromTarget,
   ruleFileFrom,
+  scraperToken,
   startPrometheus,
 } from "./prometheus.ts"

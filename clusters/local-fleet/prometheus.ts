@@ -8,8 +8,53 @@ import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { basename, join } from "node:path"
 import { parseAllDocuments, stringify } from "yaml"
 import { z } from "zod"
-import { freePort, type LocalFleet } from "./fleet.ts"
+import { defaultHubNamespace } from "../../src/api/names.ts"
+import { freePort, type LocalCluster, type LocalFleet } from "./fleet.ts"
 import type { ManagedProcess } from "./processes.ts"
+
+const repo = new URL("../../", import.meta.url).pathname
+
+/**
+ * A token for Prometheus that the hub cluster reviews, as deploy/ binds a scraper: the ServiceAccount
+ * prometheus in the hub namespace, bound to deploy/hub/access-roles.yaml's fleetcheck-metrics-reader.
+ */
+export const scraperToken = async (hub: LocalCluster, expirationSeconds = 7 * 24 * 3600): Promise<string> => {
+  const roles = await hub.kubectl([
+    "apply",
+    "--server-side",
+    "-f",
+    join(repo, "deploy/hub/access-roles.yaml"),
+  ])
+  if (roles.code !== 0) throw new Error(`applying deploy/hub/access-roles.yaml: ${roles.stderr.trim()}`)
+  const sa = await hub.api("POST", `/api/v1/namespaces/${defaultHubNamespace}/serviceaccounts`, {
+    metadata: { name: "prometheus" },
+  })
+  if (sa.status !== 201) throw new Error(`ServiceAccount prometheus: ${sa.status} ${JSON.stringify(sa.body)}`)
+  const binding = await hub.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+    metadata: { name: "prometheus-fleetcheck-metrics-reader" },
+    roleRef: {
+      apiGroup: "rbac.authorization.k8s.io",
+      kind: "ClusterRole",
+      name: "fleetcheck-metrics-reader",
+    },
+    subjects: [{ kind: "ServiceAccount", name: "prometheus", namespace: defaultHubNamespace }],
+  })
+  if (binding.status !== 201)
+    throw new Error(`binding prometheus: ${binding.status} ${JSON.stringify(binding.body)}`)
+  const r = await hub.api(
+    "POST",
+    `/api/v1/namespaces/${defaultHubNamespace}/serviceaccounts/prometheus/token`,
+    {
+      apiVersion: "authentication.k8s.io/v1",
+      kind: "TokenRequest",
+      spec: { expirationSeconds },
+    },
+  )
+  const token = r.body?.status?.token
+  if (r.status !== 201 || typeof token !== "string")
+    throw new Error(`TokenRequest for prometheus: ${r.status}`)
+  return token
+}
 
 export interface PrometheusOptions {
   /** The hubs' base URLs, http(s)://HOST:PORT, scraped at /metrics as one job (one scheme). */

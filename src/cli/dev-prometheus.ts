@@ -5,7 +5,6 @@
 // Each alert that starts firing is said on stderr, so a newcomer sees the failing samples page.
 import { readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { defaultHubNamespace } from "../api/names.ts"
 
 type Harness = typeof import("../../clusters/local-fleet/index.ts")
 type LocalFleet = Awaited<ReturnType<Harness["startFleet"]>>
@@ -36,46 +35,6 @@ export interface DevPrometheus {
   readonly stopWatching: () => void
 }
 
-/** A token for Prometheus that the hub cluster reviews, as docs/deploy.md binds a scraper. */
-const scraperToken = async (fleet: LocalFleet): Promise<string> => {
-  const hub = fleet.cluster("hub")
-  const roles = await hub.kubectl([
-    "apply",
-    "--server-side",
-    "-f",
-    join(root, "deploy/hub/access-roles.yaml"),
-  ])
-  if (roles.code !== 0) throw new Error(`applying deploy/hub/access-roles.yaml: ${roles.stderr.trim()}`)
-  const sa = await hub.api("POST", `/api/v1/namespaces/${defaultHubNamespace}/serviceaccounts`, {
-    metadata: { name: "prometheus" },
-  })
-  if (sa.status !== 201) throw new Error(`ServiceAccount prometheus: ${sa.status} ${JSON.stringify(sa.body)}`)
-  const binding = await hub.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-    metadata: { name: "prometheus-fleetcheck-metrics-reader" },
-    roleRef: {
-      apiGroup: "rbac.authorization.k8s.io",
-      kind: "ClusterRole",
-      name: "fleetcheck-metrics-reader",
-    },
-    subjects: [{ kind: "ServiceAccount", name: "prometheus", namespace: defaultHubNamespace }],
-  })
-  if (binding.status !== 201)
-    throw new Error(`binding prometheus: ${binding.status} ${JSON.stringify(binding.body)}`)
-  const r = await hub.api(
-    "POST",
-    `/api/v1/namespaces/${defaultHubNamespace}/serviceaccounts/prometheus/token`,
-    {
-      apiVersion: "authentication.k8s.io/v1",
-      kind: "TokenRequest",
-      spec: { expirationSeconds: 7 * 24 * 3600 },
-    },
-  )
-  const token = r.body?.status?.token
-  if (r.status !== 201 || typeof token !== "string")
-    throw new Error(`TokenRequest for prometheus: ${r.status}`)
-  return token
-}
-
 export const startDevPrometheus = async (o: DevPrometheusOptions): Promise<DevPrometheus> => {
   const t0 = Date.now()
   o.say("starting Prometheus and Alertmanager (Debian's; bash config/install-prometheus.sh installs them)")
@@ -84,7 +43,7 @@ export const startDevPrometheus = async (o: DevPrometheusOptions): Promise<DevPr
   let bearerTokenFile: string | undefined
   if (o.secure) {
     bearerTokenFile = join(o.fleet.runDir, "prometheus-token")
-    writeFileSync(bearerTokenFile, await scraperToken(o.fleet), { mode: 0o600 })
+    writeFileSync(bearerTokenFile, await o.harness.scraperToken(o.fleet.cluster("hub")), { mode: 0o600 })
   }
   const prometheus = await o.harness.startPrometheus(o.fleet, {
     targets: o.hubUrls,

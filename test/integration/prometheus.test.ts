@@ -22,11 +22,11 @@ import {
   registerWithSecret,
   resticBackup,
   ruleFileFrom,
+  scraperToken,
   startFleet,
   startPrometheus,
   writeSampleFiles,
 } from "../../clusters/local-fleet/index.ts"
-import { defaultHubNamespace } from "../../src/api/names.ts"
 import { type LaunchedHub, launchHub } from "../../src/hub/launch.ts"
 import { selfSignedServingPair } from "../../src/hub/serving/self-signed.ts"
 import { fastConfig } from "../support/hub.ts"
@@ -96,17 +96,6 @@ const variableExpression = (query: unknown): string | undefined => {
   return m ? `count by (${m[2]}) (${m[1]})` : text
 }
 
-const tokenFor = async (cluster: LocalCluster, serviceAccount: string) => {
-  const r = await cluster.api(
-    "POST",
-    `/api/v1/namespaces/${defaultHubNamespace}/serviceaccounts/${serviceAccount}/token`,
-    { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: { expirationSeconds: 3600 } },
-  )
-  if (r.status !== 201)
-    throw new Error(`TokenRequest for ${serviceAccount}: ${r.status} ${JSON.stringify(r.body)}`)
-  return r.body.status.token as string
-}
-
 /** Refuses every delete of a sandbox namespace, whoever asks (the hub's identity is an admin here). */
 const keepSandboxesPolicy = `
 apiVersion: admissionregistration.k8s.io/v1
@@ -154,29 +143,10 @@ describe("Prometheus and Alertmanager: the shipped rules and dashboard against a
     await installFleetcheck(hubCluster, [member, gone])
 
     // Prometheus' identity in the hub cluster: a ServiceAccount bound to deploy/'s metrics role.
-    const roles = await hubCluster.kubectl([
-      "apply",
-      "--server-side",
-      "-f",
-      join(repo, "deploy/hub/access-roles.yaml"),
-    ])
-    if (roles.code !== 0) throw new Error(`access-roles.yaml: ${roles.stderr}`)
-    await hubCluster.api("POST", `/api/v1/namespaces/${defaultHubNamespace}/serviceaccounts`, {
-      metadata: { name: "prometheus" },
-    })
-    await hubCluster.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-      metadata: { name: "prometheus-fleetcheck-metrics-reader" },
-      roleRef: {
-        apiGroup: "rbac.authorization.k8s.io",
-        kind: "ClusterRole",
-        name: "fleetcheck-metrics-reader",
-      },
-      subjects: [{ kind: "ServiceAccount", name: "prometheus", namespace: defaultHubNamespace }],
-    })
     const secrets = join(fleet.runDir, "prometheus-secrets")
     mkdirSync(secrets, { mode: 0o700 })
     const tokenFile = join(secrets, "token")
-    writeFileSync(tokenFile, await tokenFor(hubCluster, "prometheus"), { mode: 0o600 })
+    writeFileSync(tokenFile, await scraperToken(hubCluster, 3600), { mode: 0o600 })
 
     // Real backups: one good restic repository, one whose data packs are damaged after the backup.
     const data = join(fleet.runDir, "backups")
