@@ -3,7 +3,7 @@
 // the backup restored and verified, 1 when it did not (with a reason), 2 for a usage error. Nothing it
 // is given is trusted: the input is parsed with zod and must name the method the arguments name.
 import { chmodSync, existsSync, mkdirSync, readFileSync } from "node:fs"
-import { type RestoreMethodName, restoreMethodOf } from "../api/restore.ts"
+import { type AgentMethodName, restoreMethodOf } from "../api/restore.ts"
 import {
   type AgentContext,
   AgentFailure,
@@ -22,7 +22,7 @@ restores into $${agentEnv.scratch}, writes the verdict to $${agentEnv.terminatio
 (default /dev/termination-log) and exits 0 (restored and verified) or 1.
 `
 
-const methods: Readonly<Record<RestoreMethodName, (ctx: AgentContext) => Promise<AgentReport>>> = {
+const methods: Readonly<Record<AgentMethodName, (ctx: AgentContext) => Promise<AgentReport>>> = {
   restic: async (ctx) => (await import("./restic.ts")).restoreRestic(ctx, required(ctx.input.restore.restic)),
   postgres: async (ctx) =>
     (await import("./postgres.ts")).restorePostgres(ctx, required(ctx.input.restore.postgres)),
@@ -64,7 +64,7 @@ const scratchLimit = (raw: string | undefined): number | undefined => {
 }
 
 /** Runs one restore and returns its outcome; never throws. */
-export const runMethod = async (method: RestoreMethodName, env: NodeJS.ProcessEnv): Promise<Outcome> => {
+export const runMethod = async (method: AgentMethodName, env: NodeJS.ProcessEnv): Promise<Outcome> => {
   try {
     const input = readInput(env[agentEnv.runInput])
     const declared = restoreMethodOf(input.restore)

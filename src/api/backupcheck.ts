@@ -77,6 +77,13 @@ export const conditionReasons = {
   AssertionFailed: "AssertionFailed",
   RestoreToolFailed: "RestoreToolFailed",
   RecoveryPointNotFound: "RecoveryPointNotFound",
+  // spec.restore.velero (SPEC §12), from Velero's own objects (src/reconcile/velero-restore.ts).
+  /** The member serves no velero.io/v1 Backups (Velero's CRDs are not installed): no run starts. */
+  VeleroNotInstalled: "VeleroNotInstalled",
+  /** The chosen Velero Backup is not Completed (its phase is in the message). */
+  BackupNotRestorable: "BackupNotRestorable",
+  /** Velero's Restore ended PartiallyFailed: some items were not restored. */
+  RestorePartiallyFailed: "RestorePartiallyFailed",
 } as const satisfies Record<AgentFailureReason, string> & Record<string, string>
 export type ConditionReason = (typeof conditionReasons)[keyof typeof conditionReasons]
 
@@ -103,7 +110,10 @@ export const checksumPattern = /^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|md5:[
 
 /** Until a sandboxed agent can have its Secret (ADR 0014 leaves how open), the two are refused together. */
 const sandboxWithRestore =
-  "sandbox is not available with restore yet: the agent reads its credentials Secret in the check's namespace, which a sandbox namespace cannot (docs/adr/0014)"
+  "sandbox is not available with restore.restic, postgres or etcd yet: the agent reads its credentials Secret in the check's namespace, which a sandbox namespace cannot (docs/adr/0014)"
+/** Velero restores into the run's sandbox (namespaceMapping), never over live objects. */
+const veleroNeedsSandbox =
+  "restore.velero requires sandbox: the Backup's namespaces are restored into the run's sandbox namespace, never over live objects"
 
 /**
  * Why a timeout longer than the schedule's shortest interval is refused (ADR 0004): every run could
@@ -429,8 +439,11 @@ export const BackupCheckSpecSchema = z
         message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
       })
     }
-    if (spec.restore !== undefined && spec.sandbox !== undefined) {
+    if (spec.restore !== undefined && spec.restore.velero === undefined && spec.sandbox !== undefined) {
       ctx.addIssue({ code: "custom", path: ["sandbox"], message: sandboxWithRestore })
+    }
+    if (spec.restore?.velero !== undefined && spec.sandbox === undefined) {
+      ctx.addIssue({ code: "custom", path: ["sandbox"], message: veleroNeedsSandbox })
     }
     if (spec.timeZone !== undefined && spec.schedule === undefined) {
       ctx.addIssue({ code: "custom", path: ["timeZone"], message: "timeZone requires schedule" })
@@ -449,10 +462,16 @@ export const BackupCheckSpecSchema = z
         message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
       },
       {
-        rule: "!has(self.restore) || !has(self.sandbox)",
+        rule: "!has(self.restore) || has(self.restore.velero) || !has(self.sandbox)",
         message: sandboxWithRestore,
         fieldPath: ".sandbox",
         reason: "FieldValueForbidden",
+      },
+      {
+        rule: "!has(self.restore) || !has(self.restore.velero) || has(self.sandbox)",
+        message: veleroNeedsSandbox,
+        fieldPath: ".sandbox",
+        reason: "FieldValueRequired",
       },
       {
         rule: "!has(self.timeZone) || has(self.schedule)",

@@ -185,14 +185,76 @@ export const EtcdRestoreSchema = z
     "Restore an etcd snapshot with etcdutl, start etcd on loopback in the pod, count keys per prefix.",
   )
 
-const restoreMethods = ["restic", "postgres", "etcd"] as const
+const k8sName = (what: string) =>
+  z
+    .string()
+    .min(1)
+    .max(253)
+    .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, { error: `must be a ${what} name (DNS-1123 subdomain)` })
+const namespaceName = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, { error: "must be a namespace name (DNS-1123 label)" })
+
+export const VeleroRestoreSchema = z
+  .strictObject({
+    namespace: namespaceName
+      .default("velero")
+      .describe("Velero's namespace: where its Backups are and the hub creates the Restore."),
+    backupName: k8sName("Backup").optional().describe("Restore this Velero Backup (it must be Completed)."),
+    scheduleName: k8sName("Schedule")
+      .optional()
+      .describe(
+        "Restore a Completed Backup of this Velero Schedule (label velero.io/schedule-name): the newest, or as spec.recoveryPoint chooses.",
+      ),
+    includedNamespaces: z
+      .array(namespaceName)
+      .min(1)
+      .max(32)
+      .optional()
+      .describe(
+        "The backed-up namespaces to restore (default: the Backup's own includedNamespaces); each is mapped into the run's sandbox.",
+      ),
+    restorePVs: z
+      .boolean()
+      .default(false)
+      .describe("Restore volume data (Velero's restorePVs); cluster-scoped objects are never restored."),
+    waitForReady: z
+      .boolean()
+      .default(true)
+      .describe(
+        "Before the validation phase, wait until every restored Deployment and StatefulSet in the sandbox is available.",
+      ),
+  })
+  .superRefine((v, ctx) => {
+    if ((v.backupName === undefined) === (v.scheduleName === undefined))
+      ctx.addIssue({ code: "custom", message: "exactly one of backupName and scheduleName" })
+  })
+  .meta({
+    "x-kubernetes-validations": [
+      {
+        rule: "has(self.backupName) != has(self.scheduleName)",
+        message: "exactly one of backupName and scheduleName",
+      },
+    ],
+  })
+  .describe(
+    "Restore a Velero Backup into the run's sandbox with a velero.io/v1 Restore the hub creates (spec.sandbox is required), then judge it by the Restore's status.",
+  )
+export type VeleroRestore = z.output<typeof VeleroRestoreSchema>
+
+const restoreMethods = ["restic", "postgres", "etcd", "velero"] as const
 export type RestoreMethodName = (typeof restoreMethods)[number]
+/** The methods the restore agent runs in a Job; velero is driven by the hub through Velero's Restore. */
+export type AgentMethodName = Exclude<RestoreMethodName, "velero">
 
 export const RestoreMethodSchema = z
   .strictObject({
     restic: ResticRestoreSchema.optional(),
     postgres: PostgresRestoreSchema.optional(),
     etcd: EtcdRestoreSchema.optional(),
+    velero: VeleroRestoreSchema.optional(),
   })
   .superRefine((r, ctx) => {
     const set = restoreMethods.filter((m) => r[m] !== undefined)
@@ -205,12 +267,14 @@ export const RestoreMethodSchema = z
   .meta({
     "x-kubernetes-validations": [
       {
-        rule: "[has(self.restic), has(self.postgres), has(self.etcd)].filter(x, x).size() == 1",
+        rule: "[has(self.restic), has(self.postgres), has(self.etcd), has(self.velero)].filter(x, x).size() == 1",
         message: "exactly one restore method",
       },
     ],
   })
-  .describe("A built-in restore method (run by the restore agent); instead of jobTemplate.")
+  .describe(
+    "A built-in restore method (restic, postgres, etcd: run by the restore agent; velero: a Velero Restore the hub drives); instead of jobTemplate.",
+  )
 export type RestoreMethod = z.output<typeof RestoreMethodSchema>
 
 /** Which method a parsed spec.restore holds. */

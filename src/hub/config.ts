@@ -238,6 +238,12 @@ export const hubSettings = {
     "fleetcheck:0.1.0",
     "the image of the restore agent for checks with spec.restore (restic, postgres, etcd): the hub's own image, which has the restore tools",
   ),
+  veleroNotInstalledPollMs: setting(
+    "velero-not-installed-poll",
+    duration("1s", "24h"),
+    "5m",
+    "how often a check with spec.restore.velero looks again for Velero on a member that does not serve its CRDs (Verified=False VeleroNotInstalled meanwhile)",
+  ),
   sandboxCleanupTimeoutMs: setting(
     "sandbox-cleanup-timeout",
     duration("10s", "24h"),

@@ -33,6 +33,7 @@ import {
 } from "../reconcile/backupcheck-reconciler.ts"
 import { type CachedJob, cachedJob } from "../reconcile/cached-job.ts"
 import { sandboxCheckKey, sandboxCheckUid } from "../reconcile/sandbox.ts"
+import { defaultHubConfig } from "./config.ts"
 import type { IdentityClaim } from "./registration/cluster-identity.ts"
 import type { MemberFence } from "./sharding/shards.ts"
 
@@ -58,6 +59,8 @@ export interface MemberEngineOptions {
   readonly runningPollMs: number
   /** The restore agent's image, for checks with spec.restore (config.ts). */
   readonly agentImage: string
+  /** How often a Velero check looks again for Velero where it is not installed (config.ts; its default when unset). */
+  readonly veleroNotInstalledPollMs?: number | undefined
   /** How long a deleted check's finalizer waits for its sandboxes (config.ts). */
   readonly sandboxCleanupTimeoutMs: number
   /** Age at which an unrecorded sandbox without an active Job is an orphan (config.ts). */
@@ -267,6 +270,7 @@ export const startMemberEngine = Effect.fnUntraced(function* (options: MemberEng
     namespaces: namespaces?.store,
     runningPollMs: options.runningPollMs,
     agentImage: options.agentImage,
+    veleroNotInstalledPollMs: options.veleroNotInstalledPollMs ?? defaultHubConfig.veleroNotInstalledPollMs,
     sandboxCleanupTimeoutMs: options.sandboxCleanupTimeoutMs,
     sandboxOrphanGraceMs: options.sandboxOrphanGraceMs,
     onRunSkipped: options.onRunSkipped,

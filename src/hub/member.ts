@@ -50,6 +50,7 @@ export type MemberSettings = Pick<
   | "statusRefreshMs"
   | "runningPollMs"
   | "agentImage"
+  | "veleroNotInstalledPollMs"
   | "sandboxCleanupTimeoutMs"
   | "sandboxOrphanGraceMs"
   | "resyncPeriodMs"
@@ -650,6 +651,7 @@ export const runMember = Effect.fnUntraced(function* (spec: MemberSpec, deps: Me
     globalLimit: deps.globalLimit,
     runningPollMs: timings.runningPollMs,
     agentImage: timings.agentImage,
+    veleroNotInstalledPollMs: timings.veleroNotInstalledPollMs,
     sandboxCleanupTimeoutMs: timings.sandboxCleanupTimeoutMs,
     sandboxOrphanGraceMs: timings.sandboxOrphanGraceMs,
     resyncMs: timings.resyncPeriodMs,

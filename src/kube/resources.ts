@@ -27,6 +27,11 @@ export const resourceQuotas: Kind = { group: "", version: "v1", plural: "resourc
 export const limitRanges: Kind = { group: "", version: "v1", plural: "limitranges" }
 export const serviceAccounts: Kind = { group: "", version: "v1", plural: "serviceaccounts" }
 export const configMaps: Kind = { group: "", version: "v1", plural: "configmaps" }
+export const deployments: Kind = { group: "apps", version: "v1", plural: "deployments" }
+export const statefulSets: Kind = { group: "apps", version: "v1", plural: "statefulsets" }
+/** Velero's own kinds (spec.restore.velero): the hub reads Backups and creates, reads and deletes Restores. */
+export const veleroBackups: Kind = { group: "velero.io", version: "v1", plural: "backups" }
+export const veleroRestores: Kind = { group: "velero.io", version: "v1", plural: "restores" }
 export const leases: Kind = { group: "coordination.k8s.io", version: "v1", plural: "leases" }
 export const events: Kind = { group: "events.k8s.io", version: "v1", plural: "events" }
 export const customResourceDefinitions: Kind = {

@@ -47,7 +47,13 @@ import {
   setStatusCondition,
   toKubeTime,
 } from "../api/condition.ts"
-import { finalizerName, labelBackupCheckUid, labelSandbox, reportingController } from "../api/names.ts"
+import {
+  finalizerName,
+  labelBackupCheckUid,
+  labelRun,
+  labelSandbox,
+  reportingController,
+} from "../api/names.ts"
 import { parseDuration } from "../api/syntax.ts"
 import { agentFailureReasons } from "../api/termination-message.ts"
 import { type ReconcileRequest, type ReconcileResult, TerminalError } from "../engine/controller.ts"
@@ -73,7 +79,13 @@ import { mergePatchOf } from "./merge-patch.ts"
 import { evaluateObjectives, lastFinishedRun } from "./objectives.ts"
 import { derivedCheck } from "./per-object.ts"
 import { annotationSpecHash, renderRestoreJob } from "./restore-job.ts"
-import { jobNameFor, runIDForGeneration, traceparentFor, validationJobNameFor } from "./run-identity.ts"
+import {
+  jobNameFor,
+  labelValueFor,
+  runIDForGeneration,
+  traceparentFor,
+  validationJobNameFor,
+} from "./run-identity.ts"
 import { createdAt, jobPhase, jobsToPrune, newerRuns, runIDOf } from "./runs.ts"
 import {
   cleanupStep,
@@ -86,6 +98,25 @@ import {
   sandboxPodSecurity,
 } from "./sandbox.ts"
 import { dueRun } from "./schedule.ts"
+import {
+  createRestore,
+  deleteRestore,
+  isVeleroAbsent,
+  listBackups,
+  liveRestore,
+  restoresOfCheck,
+  sandboxReadiness,
+  veleroAbsent,
+} from "./velero-client.ts"
+import {
+  chooseBackup,
+  isOurRestore,
+  recoveryPointOf,
+  restoreBody,
+  restoreNameFor,
+  restorePhaseOutcome,
+  type VeleroRestoreObject,
+} from "./velero-restore.ts"
 
 /** The Job cache must be indexed by the uid of each Job's controller owner under this name. */
 export const ownerUidIndex = "owner-uid"
@@ -112,6 +143,8 @@ export interface BackupCheckReconcilerOptions {
   readonly runningPollMs: number
   /** The restore agent's image, for checks with spec.restore. */
   readonly agentImage: string
+  /** How long a check with spec.restore.velero waits before it looks again for Velero on a member without it. */
+  readonly veleroNotInstalledPollMs: number
   /**
    * A scheduled slot was skipped under concurrencyPolicy Forbid (also recorded as an Event on the
    * check). Called once per slot per hub process, and not when another hub recorded it first.
@@ -159,6 +192,8 @@ const verdictReasons: ReadonlySet<string> = new Set<ConditionReason>([
   conditionReasons.RestoreJobMissing,
   conditionReasons.RunSuperseded,
   conditionReasons.VerificationStale,
+  conditionReasons.BackupNotRestorable,
+  conditionReasons.RestorePartiallyFailed,
   ...agentFailureReasons,
 ])
 const isVerdict = (c: Condition | undefined): c is Condition =>
@@ -169,6 +204,7 @@ const noRunStates: ReadonlySet<string> = new Set<ConditionReason>([
   conditionReasons.Suspended,
   conditionReasons.InvalidSpec,
   conditionReasons.AwaitingFirstRun,
+  conditionReasons.VeleroNotInstalled,
 ])
 
 const objectiveTypes = [conditionTypes.RestoreTimeObjectiveMet, conditionTypes.DataAgeObjectiveMet] as const
@@ -176,6 +212,17 @@ const isObjectiveCondition = (c: Condition) =>
   c.type === conditionTypes.RestoreTimeObjectiveMet || c.type === conditionTypes.DataAgeObjectiveMet
 
 const hasSandbox = (run: LastRun) => run.sandbox !== undefined
+
+/** Velero's namespace of a check with spec.restore.velero, read from the cached object as it is. */
+const veleroNamespaceOf = (check: BackupCheck): string | undefined => {
+  const velero = (check.spec as { restore?: { velero?: { namespace?: unknown } } } | undefined)?.restore
+    ?.velero
+  if (velero === undefined) return undefined
+  const ns = velero.namespace
+  return typeof ns === "string" && /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(ns) && ns.length <= 63
+    ? ns
+    : "velero"
+}
 
 const findVerified = (status: BackupCheckStatus) => findCondition(status.conditions, conditionTypes.Verified)
 
@@ -326,6 +373,21 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
     for (const job of options.jobs.byIndex(ownerUidIndex, check.metadata.uid)) {
       yield* deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void))
     }
+    // Velero's Restores live in Velero's namespace: found by the check's uid label, not by the cache.
+    // Not waited for: a Restore's own finalizer is Velero's, and Velero may be down.
+    const veleroNs = veleroNamespaceOf(check)
+    if (veleroNs !== undefined) {
+      const restores = yield* restoresOfCheck(client, veleroNs, check.metadata.uid).pipe(
+        Effect.catch((e) =>
+          Effect.logWarning("listing the check's Velero Restores failed").pipe(
+            Effect.annotateLogs({ error: String(e) }),
+            Effect.as([] as VeleroRestoreObject[]),
+          ),
+        ),
+      )
+      for (const r of restores)
+        if (!r.metadata.deletionTimestamp) yield* dropRestore(veleroNs, r.metadata.name, r.metadata.uid)
+    }
     if (options.namespaces !== undefined) {
       // The sandboxes go with the check (their Jobs with them). Asked of the API, not the cache: one
       // created a moment ago may not be cached yet. The finalizer waits for them, for at most
@@ -365,6 +427,17 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         path: jobPath(job.metadata?.namespace ?? "", job.metadata?.name ?? ""),
         body: { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Background", preconditions },
       }),
+    )
+
+  /** Deletes a Velero Restore; a failure is logged and retried by a later pass, never fails this one. */
+  const dropRestore = (namespace: string, name: string, uid?: string) =>
+    deleteRestore(client, namespace, name, uid).pipe(
+      Effect.tap(() => Effect.logInfo("deleted Velero Restore").pipe(Effect.annotateLogs({ restore: name }))),
+      Effect.catch((e) =>
+        Effect.logWarning("deleting a Velero Restore failed").pipe(
+          Effect.annotateLogs({ restore: name, error: String(e) }),
+        ),
+      ),
     )
 
   /** Deletes a sandbox namespace if it is still the one seen (uid precondition); gone or changed is done. */
@@ -602,6 +675,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const parsed = derivedCheck(check)
       if (!parsed.success) return yield* refuseSpec(boundMessage(`invalid spec: ${parsed.error}`))
       const spec = parsed.spec
+      /** spec.restore.velero: the run's restore is a Velero Restore, not a Job. */
+      const velero = spec.restore?.velero
       const timeoutMs = parseDuration(spec.timeout)
       if (typeof timeoutMs !== "number") {
         // Unreachable after parseBackupCheck; the type says a duration may fail to parse, so say so.
@@ -856,11 +931,19 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       // 1. Record what happened to runs the status does not hold yet, oldest first, before deciding
       //    the next run: a run that ends after the next slot is never lost.
       const current = next.lastRun
-      if (current?.result === "Running") {
+      if (current?.result === "Running" && velero !== undefined) {
+        yield* linkRun(current.runID)
+        if ((yield* settleVelero(current)) === "waitForCache") return { requeueAfterMs: 1000 }
+      } else if (current?.result === "Running") {
         yield* linkRun(current.runID)
         const job = owned.find((j) => j.metadata?.name === current.jobName)
         if (job !== undefined) {
-          if (jobPhase(job) !== "Active" && (yield* settle(current, job)) === "waitForCache")
+          if (
+            jobPhase(job) !== "Active" &&
+            (yield* settle(current, () =>
+              readVerdict(job, current, current.backupName ?? spec.backup.name),
+            )) === "waitForCache"
+          )
             return { requeueAfterMs: 1000 }
         } else {
           // Not in the cache: the Job informer may be behind the BackupCheck informer. Ask the API.
@@ -884,7 +967,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         yield* linkRun(runID)
         const run = runningRecord(job, runID)
         if (jobPhase(job) === "Active") setLastRun(run)
-        else if ((yield* settle(run, job)) === "waitForCache") return { requeueAfterMs: 1000 }
+        else if (
+          (yield* settle(run, () => readVerdict(job, run, run.backupName ?? spec.backup.name))) ===
+          "waitForCache"
+        )
+          return { requeueAfterMs: 1000 }
       }
 
       // 2. Decide the next run.
@@ -903,6 +990,31 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void)),
           { discard: true },
         )
+      /** Deletes the Restore of a run of this (Velero) check, with its sandbox. */
+      const dropRunRestore = (runID: string | undefined) =>
+        velero === undefined || runID === undefined
+          ? Effect.void
+          : dropRestore(velero.namespace, restoreNameFor(check.metadata.name, runID))
+      /**
+       * Restores whose sandbox is already gone while the record still says it was going (a hub that
+       * stopped between the namespace's delete and the Restore's): deleted in the pass that records the
+       * sandbox Deleted, so no Restore outlives its sandbox.
+       */
+      const veleroSweep = () => {
+        if (velero === undefined || options.namespaces === undefined) return undefined
+        const store = options.namespaces
+        const runs = [...(next.lastRun ? [next.lastRun] : []), ...(next.history ?? [])].filter(
+          (r) =>
+            r.result !== "Running" &&
+            r.sandbox !== undefined &&
+            r.sandbox.cleanup !== "Deleted" &&
+            store.get(r.sandbox.namespace) === undefined &&
+            Date.parse(r.sandbox.deleteAfter ?? r.completionTime ?? "") <= now,
+        )
+        return runs.length === 0
+          ? undefined
+          : Effect.forEach(runs, (r) => dropRunRestore(r.runID), { discard: true })
+      }
       /**
        * The sweeper's pass for this check: deletes the sandboxes of finished runs whose validation
        * window has passed, and orphans: a sandbox of another uid under this check's name (a re-created
@@ -929,8 +1041,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             if (sandboxWake === undefined || t < sandboxWake) sandboxWake = t
           }
           for (const [name, n] of seen) {
-            if (n.metadata?.deletionTimestamp) continue
             const run = recordedRuns.get(name)
+            if (n.metadata?.deletionTimestamp) {
+              // A Velero run's Restore goes with its sandbox (a hub may have stopped in between).
+              if (sandboxCheckUid(n) === uid)
+                yield* dropRunRestore(run?.runID ?? n.metadata.labels?.[labelRun])
+              continue
+            }
             let due = false
             if (sandboxCheckUid(n) !== uid) due = true
             else if (run !== undefined && run.sandbox !== undefined) {
@@ -948,6 +1065,8 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             const result = yield* deleteNamespace(n).pipe(Effect.result)
             if (result._tag === "Success") {
               deletedNow.add(name)
+              if (sandboxCheckUid(n) === uid)
+                yield* dropRunRestore(run?.runID ?? n.metadata?.labels?.[labelRun])
               yield* Effect.logInfo(
                 run ? "deleting a finished run's sandbox" : "deleting an orphan sandbox",
               ).pipe(Effect.annotateLogs({ sandbox: name, ...(run ? { run: run.runID } : {}) }))
@@ -972,7 +1091,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        * Effect.void, not three suspensions of this generator.
        */
       const finish = (status: BackupCheckStatus, pruning: boolean) => {
-        const sweep = sweepSandboxes()
+        const sandboxSweep = sweepSandboxes()
+        const restoreSweep = veleroSweep()
+        const sweep =
+          restoreSweep === undefined
+            ? sandboxSweep
+            : sandboxSweep === undefined
+              ? restoreSweep
+              : Effect.andThen(sandboxSweep, restoreSweep)
         const doomed = pruning ? jobsToDelete() : []
         // the write is computed after the sweep: it reports the sweep's deletes and refusals
         const writeAndPrune = () => {
@@ -1032,12 +1158,18 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         const { traceparent } = traceparentFor(uid, target.runID)
         yield* linkRun(target.runID)
         const blocking = active.filter((j) => j.metadata?.name !== jobName)
-        if (blocking.length > 0 && spec.concurrencyPolicy === "Forbid") {
+        // A Velero run in its restore phase has no Job: its Running record is what blocks.
+        const veleroBlocking =
+          velero !== undefined &&
+          blocking.length === 0 &&
+          next.lastRun?.result === "Running" &&
+          next.lastRun.runID !== target.runID
+        if ((blocking.length > 0 || veleroBlocking) && spec.concurrencyPolicy === "Forbid") {
           // The new run waits for the active one (its verdict is recorded when it ends).
           yield* finish(applyStaleness(awaitingRun(next, target.runID)).status, true)
           return { requeueAfterMs: runningPollMs }
         }
-        if (blocking.length > 0) {
+        if (blocking.length > 0 || veleroBlocking) {
           // Replace: only the Jobs the cache showed, as it showed them; one that changed meanwhile
           // (finished, say) fails the precondition and is reconsidered on the retry.
           for (const job of blocking) {
@@ -1047,7 +1179,10 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             })
           }
           const superseded = next.lastRun
-          if (superseded?.result === "Running" && blocking.some((j) => runIDOf(j) === superseded.runID)) {
+          if (
+            superseded?.result === "Running" &&
+            (veleroBlocking || blocking.some((j) => runIDOf(j) === superseded.runID))
+          ) {
             recordVerdict(superseded, {
               phase: "Failed",
               reason: conditionReasons.RunSuperseded,
@@ -1063,24 +1198,46 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           )
         }
         // What was decided is written before the new run starts.
-        if (decided.length > 0 || blocking.length > 0) yield* write(next)
+        if (decided.length > 0 || blocking.length > 0 || veleroBlocking) yield* write(next)
 
         const keepVerdict = isVerdict(findVerified(next)) && hashOf(next.lastRun) === specHash
         const targetNs = spec.sandbox ? sandboxNamespaceFor(checkRef, target.runID) : ns
-        let job = owned.find((j) => j.metadata?.name === jobName && j.metadata?.namespace === targetNs)
-        if (job === undefined) {
-          const conflict = options.jobs.get(`${targetNs}/${jobName}`)
-          if (conflict !== undefined && !ours(conflict)) job = yield* nameConflict(conflict)
-          else {
-            // The sandbox, and its NetworkPolicy before anything runs in it, come first.
-            if (spec.sandbox && !(yield* ensureSandbox(target.runID, spec.sandbox)))
-              return { requeueAfterMs: 1000 }
-            job = yield* createJob(jobName, target.runID, traceparent, targetNs)
+        if (velero !== undefined) {
+          const started = yield* startVelero(target.runID, velero)
+          if (started.kind === "wait") return { requeueAfterMs: 1000 }
+          if (started.kind === "absent") {
+            yield* write(
+              withVerified(next, {
+                status: "False",
+                reason: conditionReasons.VeleroNotInstalled,
+                message: `Velero is not installed in this cluster: it serves no velero.io/v1 Backups and Restores (install Velero and its CRDs); looked for again every ${Math.round(options.veleroNotInstalledPollMs / 1000)}s`,
+              }),
+            )
+            return { requeueAfterMs: options.veleroNotInstalledPollMs }
           }
+          if (started.kind === "refused") recordVerdict(started.run, started.verdict)
+          else setLastRun(started.run)
+        } else {
+          let job = owned.find((j) => j.metadata?.name === jobName && j.metadata?.namespace === targetNs)
+          if (job === undefined) {
+            const conflict = options.jobs.get(`${targetNs}/${jobName}`)
+            if (conflict !== undefined && !ours(conflict)) job = yield* nameConflict(conflict)
+            else {
+              // The sandbox, and its NetworkPolicy before anything runs in it, come first.
+              if (spec.sandbox && !(yield* ensureSandbox(target.runID, spec.sandbox)))
+                return { requeueAfterMs: 1000 }
+              job = yield* createJob(jobName, target.runID, traceparent, targetNs)
+            }
+          }
+          const run = runningRecord(job, target.runID)
+          const restoreJob = job
+          if (jobPhase(job) === "Active") setLastRun(run)
+          else if (
+            (yield* settle(run, () => readVerdict(restoreJob, run, run.backupName ?? spec.backup.name))) ===
+            "waitForCache"
+          )
+            return { requeueAfterMs: 1000 }
         }
-        const run = runningRecord(job, target.runID)
-        if (jobPhase(job) === "Active") setLastRun(run)
-        else if ((yield* settle(run, job)) === "waitForCache") return { requeueAfterMs: 1000 }
         if (next.lastRun?.result === "Running" && !keepVerdict) {
           // A new spec is not verified by an older run; a scheduled re-run of the same spec keeps the
           // last verdict meanwhile (ADR 0004).
@@ -1170,7 +1327,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
        * the validation Job, keeps the run Running while it runs, and records both phases when it ends.
        * "waitForCache" when the validation Job exists in the API but not yet in the cache.
        */
-      function settle(run: LastRun, restoreJob: CachedJob) {
+      function settle(run: LastRun, readRestore: () => Effect.Effect<Verdict, unknown>) {
         return Effect.gen(function* () {
           const backupName = run.backupName ?? spec.backup.name
           const recordedRestore = run.phases?.find((p) => p.name === "restore")
@@ -1179,7 +1336,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           const restore =
             (recordedValidation !== undefined && recordedRestore !== undefined
               ? verdictOfPhase(recordedRestore)
-              : undefined) ?? (yield* readVerdict(restoreJob, run, backupName))
+              : undefined) ?? (yield* readRestore())
           const restoreEnd = restore.completionTime ?? toKubeTime(now)
           const restorePhase = phaseRecord("restore", run.startTime, restore, restoreEnd)
           const vName = validationJobNameFor(check.metadata.name, run.runID)
@@ -1242,6 +1399,222 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
             phases: [restorePhase, phaseRecord("validation", vStart, validation, vEnd)],
           })
           return "settled" as const
+        })
+      }
+
+      /**
+       * A Velero run in flight: its restore phase is the Restore's status.phase (then, with
+       * waitForReady, the restored workloads' availability); once decided, settle goes on as for a Job
+       * (the validation phase). While the validation runs, the restore's verdict is the recorded one.
+       */
+      function settleVelero(run: LastRun) {
+        if (run.phases?.some((p) => p.name === "validation"))
+          return settle(run, () => Effect.die("the restore phase is recorded"))
+        return Effect.gen(function* () {
+          const verdict = yield* veleroRestoreVerdict(run)
+          if (verdict === undefined) {
+            setLastRun(run)
+            return "settled" as const
+          }
+          return yield* settle(run, () => Effect.succeed(verdict))
+        })
+      }
+
+      /** The restore phase's verdict of a Velero run, or undefined while it is still running. */
+      function veleroRestoreVerdict(run: LastRun) {
+        return Effect.gen(function* () {
+          const veleroNs = velero?.namespace ?? "velero"
+          const live = yield* liveRestore(client, veleroNs, run.jobName)
+          const timedOut = now - Date.parse(run.startTime) > runTimeoutMs
+          if (
+            isVeleroAbsent(live) ||
+            live === undefined ||
+            !isOurRestore(live, uid, labelValueFor(run.runID))
+          ) {
+            const why = isVeleroAbsent(live)
+              ? "the cluster no longer serves Velero's Restores (Velero uninstalled?)"
+              : live === undefined
+                ? "it was deleted before its result was read (by hand or by another controller)"
+                : "it was replaced by a Restore of another check or run"
+            return {
+              phase: "Failed",
+              reason: conditionReasons.RestoreJobMissing,
+              message: boundMessage(
+                `Velero Restore ${run.jobName} of run ${run.runID} is gone: ${why}; it is not re-created`,
+              ),
+              completionTime: undefined,
+            } satisfies Verdict
+          }
+          const outcome = restorePhaseOutcome(live)
+          if (outcome.phase === "Running") {
+            if (!timedOut) return undefined
+            return {
+              phase: "Failed",
+              reason: conditionReasons.RestoreTimedOut,
+              message: boundMessage(
+                `Velero Restore ${run.jobName} was still ${outcome.veleroPhase} when spec.timeout ${spec.timeout} ran out`,
+              ),
+              completionTime: undefined,
+            } satisfies Verdict
+          }
+          const recoveryPoint = recoveryPointOf(live)
+          const verdict: Verdict = {
+            phase: outcome.phase,
+            reason: outcome.reason,
+            message: outcome.message,
+            completionTime: outcome.completionTime,
+            counts: outcome.counts,
+            ...(recoveryPoint !== undefined ? { recoveryPoint, dataTimestamp: recoveryPoint.time } : {}),
+          }
+          if (outcome.phase === "Failed" || velero?.waitForReady === false) return verdict
+          const sandboxNs = run.sandbox?.namespace ?? sandboxNamespaceFor(checkRef, run.runID)
+          const ready = yield* sandboxReadiness(client, sandboxNs)
+          if (!ready.ready) {
+            if (!timedOut) return undefined
+            return {
+              ...verdict,
+              phase: "Failed",
+              reason: conditionReasons.RestoreTimedOut,
+              message: boundMessage(
+                `Velero Restore ${run.jobName} Completed, but the restored workloads in ${sandboxNs} were not available when spec.timeout ${spec.timeout} ran out: ${ready.waitingFor.join(", ")}`,
+              ),
+              completionTime: undefined,
+            } satisfies Verdict
+          }
+          return {
+            ...verdict,
+            message: boundMessage(
+              `${outcome.message}; ${ready.counts.deployments ?? 0} Deployments and ${ready.counts.statefulSets ?? 0} StatefulSets available in ${sandboxNs}`,
+            ),
+            // the restore is done when its workloads are up, not before Velero finished
+            completionTime: toKubeTime(now),
+            counts: { ...outcome.counts, ...ready.counts },
+          } satisfies Verdict
+        })
+      }
+
+      /** The Running record of a Velero run from its Restore (restart-safe: nothing but the Restore is read). */
+      function veleroRunningRecord(restore: VeleroRestoreObject | undefined, runID: string): LastRun {
+        const created = Date.parse(restore?.metadata.creationTimestamp ?? "")
+        const startTime = toKubeTime(Number.isFinite(created) ? created : now)
+        const hash = restore?.metadata.annotations?.[annotationSpecHash]
+        return {
+          jobName: restoreNameFor(check.metadata.name, runID),
+          runID,
+          startTime,
+          result: "Running",
+          phases: [{ name: "restore", result: "Running", startTime }],
+          traceID: traceparentFor(uid, runID).traceID,
+          ...(restore === undefined
+            ? { specHash }
+            : hash !== undefined && /^[0-9a-f]{16}$/.test(hash)
+              ? { specHash: hash }
+              : {}),
+          sandbox: { namespace: sandboxNamespaceFor(checkRef, runID), cleanup: "Pending" },
+        }
+      }
+
+      /**
+       * Starts a Velero run: its Restore if it exists already (another hub, a status write lost after
+       * the create), else the Backup is chosen, the sandbox made, and the Restore created (AlreadyExists:
+       * read back). "refused" is a run that failed before any Restore (no restorable Backup).
+       */
+      function startVelero(runID: string, v: NonNullable<typeof velero>) {
+        return Effect.gen(function* () {
+          const name = restoreNameFor(check.metadata.name, runID)
+          const runLabel = labelValueFor(runID)
+          const refused = (what: string) => (e: KubeApiError) =>
+            Effect.gen(function* () {
+              const message = boundMessage(`${what}: ${e.message}`)
+              yield* write(
+                withVerified(next, { status: "False", reason: conditionReasons.JobCreateFailed, message }),
+              )
+              return yield* new RestoreJobCreateError({
+                job: name,
+                reason: conditionReasons.JobCreateFailed,
+                message,
+              })
+            })
+          const conflict = (r: VeleroRestoreObject) =>
+            Effect.gen(function* () {
+              const message = boundMessage(
+                `Velero Restore ${name} in ${v.namespace} already exists and is not this check's run ${runID} (labelled ${labelBackupCheckUid}=${r.metadata.labels?.[labelBackupCheckUid] ?? "<none>"}, ${labelRun}=${r.metadata.labels?.[labelRun] ?? "<none>"}); delete that Restore`,
+              )
+              yield* write(
+                withVerified(next, { status: "False", reason: conditionReasons.NameConflict, message }),
+              )
+              return yield* new RestoreJobCreateError({
+                job: name,
+                reason: conditionReasons.NameConflict,
+                message,
+              })
+            })
+          const existing = yield* liveRestore(client, v.namespace, name).pipe(
+            Effect.catchIf(isRefusal, refused(`reading Velero Restore ${name}`)),
+          )
+          if (isVeleroAbsent(existing)) return veleroAbsent
+          if (existing !== undefined) {
+            if (!isOurRestore(existing, uid, runLabel)) return yield* conflict(existing)
+            return { kind: "started" as const, run: veleroRunningRecord(existing, runID) }
+          }
+          const listed = yield* listBackups(client, v).pipe(
+            Effect.catchIf(isRefusal, refused(`listing Velero Backups in ${v.namespace}`)),
+          )
+          if (isVeleroAbsent(listed)) return veleroAbsent
+          const choice = chooseBackup(
+            listed.backups,
+            v,
+            spec.recoveryPoint ?? { policy: "Latest" },
+            runID,
+            new Date(now),
+          )
+          if (choice.kind === "refused") {
+            const { sandbox: _none, ...run } = veleroRunningRecord(undefined, runID)
+            return {
+              kind: "refused" as const,
+              run,
+              verdict: {
+                phase: "Failed",
+                reason: choice.reason,
+                message: boundMessage(choice.message),
+                completionTime: undefined,
+              } satisfies Verdict,
+            }
+          }
+          // The sandbox, and its NetworkPolicy, before anything is restored into it.
+          if (spec.sandbox === undefined || !(yield* ensureSandbox(runID, spec.sandbox)))
+            return { kind: "wait" as const }
+          const body = restoreBody({
+            check: checkRef,
+            runID,
+            velero: v,
+            backup: choice.backup,
+            namespaces: choice.namespaces,
+            sandboxNamespace: sandboxNamespaceFor(checkRef, runID),
+            specHash,
+            specHashAnnotation: annotationSpecHash,
+          })
+          const created = yield* createRestore(client, v.namespace, body).pipe(
+            Effect.catchIf(isRefusal, refused(`creating Velero Restore ${name}`)),
+          )
+          if (isVeleroAbsent(created)) return veleroAbsent
+          if (created.kind === "created") {
+            yield* Effect.logInfo("created Velero Restore").pipe(
+              Effect.annotateLogs({ restore: name, run: runID, backup: choice.backup.metadata.name }),
+            )
+            return { kind: "started" as const, run: veleroRunningRecord(created.restore, runID) }
+          }
+          // AlreadyExists: another hub's, or someone else's.
+          const live = yield* liveRestore(client, v.namespace, name)
+          if (isVeleroAbsent(live)) return veleroAbsent
+          if (live === undefined)
+            return yield* new RestoreJobCreateError({
+              job: name,
+              reason: conditionReasons.JobCreateFailed,
+              message: `Velero Restore ${name} was reported to exist, then was not found; retrying`,
+            })
+          if (!isOurRestore(live, uid, runLabel)) return yield* conflict(live)
+          return { kind: "started" as const, run: veleroRunningRecord(live, runID) }
         })
       }
 

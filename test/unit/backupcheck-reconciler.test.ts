@@ -111,6 +111,7 @@ const reconcilerFor = (
   const reconcile = makeBackupCheckReconciler({
     cluster: "member",
     agentImage: "fleetcheck:test",
+    veleroNotInstalledPollMs: 300_000,
     client: api.client,
     checks: storeOf([check]),
     // The cache holds what the member engine's Job informer keeps of each Job.
@@ -199,6 +200,7 @@ describe("BackupCheck reconciler", () => {
     const reconcile = makeBackupCheckReconciler({
       cluster: "member",
       agentImage: "fleetcheck:test",
+      veleroNotInstalledPollMs: 300_000,
       client: api.client,
       checks,
       jobs: storeOf([jobFor("g1", "Complete", "2026-11-29T09:00:00Z")], ownerIndex),

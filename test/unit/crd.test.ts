@@ -263,6 +263,9 @@ describe("CRD schemas are structural", () => {
       ".spec.restore.postgres.database": "postgres",
       ".spec.restore.restic.snapshot": "latest",
       ".spec.restore.restic.verify": {},
+      ".spec.restore.velero.namespace": "velero",
+      ".spec.restore.velero.restorePVs": false,
+      ".spec.restore.velero.waitForReady": true,
       ".spec.sandbox.egress": [],
       ".spec.sandbox.egress[*].ports[*].protocol": "TCP",
       ".spec.sandbox.validationWindow": "0s",
@@ -310,11 +313,18 @@ describe("CRD schemas are structural", () => {
         message: "exactly one of jobTemplate (a custom restore Job) and restore (a built-in method)",
       },
       {
-        rule: "!has(self.restore) || !has(self.sandbox)",
+        rule: "!has(self.restore) || has(self.restore.velero) || !has(self.sandbox)",
         message:
-          "sandbox is not available with restore yet: the agent reads its credentials Secret in the check's namespace, which a sandbox namespace cannot (docs/adr/0014)",
+          "sandbox is not available with restore.restic, postgres or etcd yet: the agent reads its credentials Secret in the check's namespace, which a sandbox namespace cannot (docs/adr/0014)",
         fieldPath: ".sandbox",
         reason: "FieldValueForbidden",
+      },
+      {
+        rule: "!has(self.restore) || !has(self.restore.velero) || has(self.sandbox)",
+        message:
+          "restore.velero requires sandbox: the Backup's namespaces are restored into the run's sandbox namespace, never over live objects",
+        fieldPath: ".sandbox",
+        reason: "FieldValueRequired",
       },
       {
         rule: "!has(self.timeZone) || has(self.schedule)",
