@@ -290,12 +290,22 @@ describe("deploy/: manifests, RBAC and image", () => {
     ).toBe(1)
 
     // The namespaced variant grants exactly what the cluster-wide one does, but sandboxes (namespaces
-    // and their isolation objects): a member scoped to namespaces cannot have them (ADR 0009).
+    // and their isolation objects, and Velero's restores into them): a member scoped to namespaces
+    // cannot have them (ADR 0009).
     const [clusterRole] = yamlDocs("deploy/member/clusterrole.yaml")
     const [role, binding] = yamlDocs("deploy/member/role.yaml")
     const sandboxOnly = (r: any) =>
       r.resources.every((x: string) =>
-        ["namespaces", "networkpolicies", "resourcequotas", "limitranges"].includes(x),
+        [
+          "namespaces",
+          "networkpolicies",
+          "resourcequotas",
+          "limitranges",
+          "backups",
+          "restores",
+          "deployments",
+          "statefulsets",
+        ].includes(x),
       )
     expect(role.rules).toEqual(clusterRole.rules.filter((r: any) => !sandboxOnly(r)))
     expect(role.metadata.namespace, "role.yaml is applied with -n").toBeUndefined()

@@ -254,6 +254,17 @@ describe("fleetcheck register / unregister", () => {
       expect(await as.can("create", "networkpolicies", { group: "networking.k8s.io", ns: "apps" })).toBe(true)
       expect(await as.can("create", "resourcequotas", { ns: "apps" })).toBe(true)
       expect(await as.can("create", "limitranges", { ns: "apps" })).toBe(true)
+      // Velero (spec.restore.velero): list Backups; create, list, delete Restores; list the restored
+      // workloads in a sandbox. Nothing more of Velero or of apps.
+      expect(await as.can("list", "backups", { group: "velero.io", ns: "velero" })).toBe(true)
+      for (const verb of ["create", "list", "delete"])
+        expect(await as.can(verb, "restores", { group: "velero.io", ns: "velero" })).toBe(true)
+      for (const resource of ["deployments", "statefulsets"])
+        expect(await as.can("list", resource, { group: "apps", ns: "apps" })).toBe(true)
+      expect(await as.can("create", "backups", { group: "velero.io", ns: "velero" })).toBe(false)
+      expect(await as.can("update", "restores", { group: "velero.io", ns: "velero" })).toBe(false)
+      expect(await as.can("get", "schedules", { group: "velero.io", ns: "velero" })).toBe(false)
+      expect(await as.can("create", "deployments", { group: "apps", ns: "apps" })).toBe(false)
       expect(await as.can("update", "namespaces")).toBe(false)
       expect(await as.can("delete", "networkpolicies", { group: "networking.k8s.io", ns: "apps" })).toBe(
         false,

@@ -71,7 +71,8 @@ describe("spec.restore", () => {
   it("refuses a sandbox with a built-in method, saying why", () => {
     const sandboxed = parseBackupCheck(checkWith({ restore: { restic }, sandbox: {} }))
     expect(sandboxed.success).toBe(false)
-    if (!sandboxed.success) expect(sandboxed.error).toMatch(/sandbox is not available with restore yet/)
+    if (!sandboxed.success)
+      expect(sandboxed.error).toMatch(/sandbox is not available with restore.restic, postgres or etcd yet/)
   })
 
   it("refuses a postgres method with both or neither source", () => {
