@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs"
 import { assert, describe, it } from "@effect/vitest"
 import { parse } from "yaml"
 import { parseBackupCheck } from "../../src/api/backupcheck.ts"
+import { parseFleetBackupCheck } from "../../src/api/fleetbackupcheck.ts"
 import { VeleroRestoreSchema } from "../../src/api/restore.ts"
 import { boundMessage } from "../../src/reconcile/job-outcome.ts"
 import { sandboxNamespaceFor } from "../../src/reconcile/sandbox.ts"
@@ -354,6 +355,22 @@ describe("docs/restore-velero.md", () => {
       const parsed = parseBackupCheck(check)
       assert.isTrue(parsed.success, parsed.success ? "" : parsed.error)
       if (parsed.success) assert.deepStrictEqual(Object.keys(parsed.data.spec.restore ?? {}), ["velero"])
+    }
+  })
+})
+
+describe("clusters/samples/velero-hub", () => {
+  it("the cross-cluster drill sample is a valid FleetBackupCheck whose template restores with Velero", () => {
+    const text = readFileSync(
+      new URL("../../clusters/samples/velero-hub/storefront-velero-drill.yaml", import.meta.url),
+      "utf8",
+    )
+    const doc = parse(text)
+    const parsed = parseFleetBackupCheck({ ...doc, metadata: { ...doc.metadata, uid: "u-1" } })
+    assert.isTrue(parsed.success, parsed.success ? "" : parsed.error)
+    if (parsed.success) {
+      assert.isDefined(parsed.data.spec.drill)
+      assert.strictEqual(parsed.data.spec.template.spec.restore?.velero?.scheduleName, "storefront-nightly")
     }
   })
 })
