@@ -78,6 +78,7 @@ describe("hub configuration", () => {
       "drain-grace": "10s",
       "running-poll": "15s",
       "agent-image": "registry.example/fleetcheck:1.2.3",
+      "velero-not-installed-poll": "10m",
       "sandbox-cleanup-timeout": "5m",
       "sandbox-orphan-grace": "30s",
       "resync-period": "1h",
