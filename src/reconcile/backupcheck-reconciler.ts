@@ -1244,7 +1244,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           next = withVerified(next, {
             status: "Unknown",
             reason: conditionReasons.RestoreRunning,
-            message: `restore of ${spec.backup.name} is running (Job ${jobName})`,
+            message: `restore of ${spec.backup.name} is running (${velero ? "Velero Restore" : "Job"} ${jobName})`,
           })
         }
         yield* finish(applyStaleness(next).status, false)
@@ -1316,7 +1316,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           message: !running
             ? `restore of ${spec.backup.name} for this spec has not run yet`
             : aboutThisSpec
-              ? `restore of ${spec.backup.name} is running (Job ${last.jobName})`
+              ? `restore of ${spec.backup.name} is running (${velero ? "Velero Restore" : "Job"} ${last.jobName})`
               : `run ${last.runID} of the previous spec is still running; ${spec.backup.name} is verified ${waitingRunID ? `by run ${waitingRunID} ` : ""}when it ends`,
         })
       }
