@@ -2,7 +2,8 @@
 # Makes a clone ready to run: npm dependencies as locked (only when the lockfile changed since the last
 # install), the Kubernetes binaries the local fleets run (built once into ~/.cache/fleetcheck),
 # Chromium for the dashboard test, the restore agent's tools (config/install-restore-tools.sh) and
-# Prometheus with Alertmanager (config/install-prometheus.sh).
+# Prometheus with Alertmanager (config/install-prometheus.sh), and Velero with its AWS plugin (the real
+# Velero of test/integration/velero.test.ts and `fleetcheck dev --velero`).
 # Used by `npm test` (pretest), `bin/fleetcheck` and .ci/run, so a fresh clone needs no other step.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,6 +16,14 @@ if ! cmp -s package-lock.json node_modules/.fleetcheck-lock 2>/dev/null; then
   cp package-lock.json node_modules/.fleetcheck-lock
 fi
 if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
+  # Velero and its plugin build in the background, beside everything below; nothing waits on them
+  # until the end (warm, each is a cache lookup of a second).
+  bash clusters/build-tool.sh velero github.com/vmware-tanzu/velero \
+    github.com/vmware-tanzu/velero/cmd/velero >/dev/null &
+  velero_build=$!
+  bash clusters/build-tool.sh velero-plugin-for-aws github.com/vmware-tanzu/velero-plugin-for-aws \
+    github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws >/dev/null &
+  velero_plugin_build=$!
   bash clusters/build.sh >/dev/null
   # Helm (test/integration/helm.test.ts: lint, template, install of deploy/helm), from the Go module proxy.
   bash clusters/build-tool.sh helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm >/dev/null
@@ -24,4 +33,6 @@ if [[ "${FLEETCHECK_SKIP_BINARIES:-}" != "1" ]]; then
   bash config/install-restore-tools.sh
   # Prometheus (promtool: the alert rules' tests) and Alertmanager, Debian's.
   bash config/install-prometheus.sh
+  wait "$velero_build"
+  wait "$velero_plugin_build"
 fi

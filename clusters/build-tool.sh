@@ -7,7 +7,8 @@
 #
 # Cache: ${FLEETCHECK_CACHE:-$HOME/.cache/fleetcheck}/bin/<name>-<version>-<go.mod+go.sum hash>/, one
 # binary per package (named as `go build` names it). Warm runs take a second. The directory is printed
-# on the last line of stdout; progress goes to stderr.
+# on the last line of stdout; progress goes to stderr. An optional clusters/bin/<name>/ldflags file adds
+# linker flags (e.g. -X to change a dependency's default) and is part of the cache key.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=clusters/build-lib.sh
@@ -20,9 +21,15 @@ dir=$here/bin/$name
 command -v go >/dev/null || { say "Go is required to build $name (go 1.26)"; exit 1; }
 version=$(version_of "$dir" "$module")
 [[ -n "$version" ]] || { say "$dir/go.mod requires no $module"; exit 2; }
-out=$cache/bin/$name-$version-$(key_of "$dir")
+ldflags="-s -w"
+key=$(key_of "$dir")
+if [[ -f "$dir/ldflags" ]]; then
+  ldflags="$ldflags $(tr '\n' ' ' <"$dir/ldflags")"
+  key=$(cat "$dir/go.mod" "$dir/go.sum" "$dir/ldflags" | sha256sum | cut -c1-10)
+fi
+out=$cache/bin/$name-$version-$key
 bins=""
 for p in "$@"; do bins="$bins ${p##*/}"; done
 mkdir -p "$cache/bin"
-build "$name $version" "$out" "$dir" "$bins" -trimpath -ldflags "-s -w" "$@"
+build "$name $version" "$out" "$dir" "$bins" -trimpath -ldflags "$ldflags" "$@"
 echo "$out"
