@@ -24,7 +24,7 @@ import {
 
 export interface ClusterOptions {
   readonly name: string
-  /** Job, garbage-collector, namespace and service-account controllers (default true). */
+  /** Job, Deployment, ReplicaSet, garbage-collector, namespace and service-account controllers (default true). */
   readonly controllerManager?: boolean
   /** kube-scheduler plus kwok with one fake Node, so Job pods run (default true). */
   readonly workloads?: boolean
@@ -481,7 +481,7 @@ const startCluster = async (
         `--kubeconfig=${kubeconfigPath}`,
         "--leader-elect=false",
         "--secure-port=0",
-        "--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller",
+        "--controllers=job-controller,deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller",
         `--root-ca-file=${caFile}`,
         `--service-account-private-key-file=${join(runDir, "sa.key")}`,
         "--use-service-account-credentials=false",

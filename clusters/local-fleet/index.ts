@@ -44,3 +44,24 @@ export {
   scraperToken,
   startPrometheus,
 } from "./prometheus.ts"
+export {
+  backupItemFiles,
+  backupTarballKey,
+  editBackupTarball,
+  ensureVeleroBinaries,
+  type StartVeleroOptions,
+  startVelero,
+  type VeleroBackup,
+  type VeleroBinaries,
+  type VeleroServer,
+  veleroNamespace,
+} from "./velero.ts"
+export {
+  applyStorefront,
+  prepareVeleroSamples,
+  storefrontManifest,
+  storefrontNamespace,
+  storefrontSchedule,
+  type VeleroSamples,
+  veleroSamplesDir,
+} from "./velero-samples.ts"
