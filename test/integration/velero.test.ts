@@ -282,6 +282,7 @@ describe("real Velero in a local fleet", () => {
     }, 120_000)
 
     it("Completed: the restored Deployment, ConfigMaps and Secrets are in the sandbox, pods running; green; nothing outside it", async () => {
+      const since = Date.now()
       await check(
         a,
         "shop-restore",
