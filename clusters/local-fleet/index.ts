@@ -63,5 +63,6 @@ export {
   storefrontNamespace,
   storefrontSchedule,
   type VeleroSamples,
+  veleroHubSamplesDir,
   veleroSamplesDir,
 } from "./velero-samples.ts"

@@ -9,6 +9,8 @@ import type { LocalCluster, LocalFleet } from "./fleet.ts"
 import { startVelero, type VeleroServer } from "./velero.ts"
 
 export const veleroSamplesDir = new URL("../samples/velero/", import.meta.url).pathname
+/** FleetBackupCheck samples (a cross-cluster drill), applied to the hub. */
+export const veleroHubSamplesDir = new URL("../samples/velero-hub/", import.meta.url).pathname
 /** The namespace the first member's Schedule backs up, and the Schedule's name (the samples use both). */
 export const storefrontNamespace = "storefront"
 export const storefrontSchedule = "storefront-nightly"
@@ -69,6 +71,8 @@ export interface VeleroSamples {
   readonly servers: ReadonlyArray<VeleroServer>
   /** The sample files applied (clusters/samples/velero), to the first member. */
   readonly checks: ReadonlyArray<string>
+  /** The FleetBackupCheck samples applied (clusters/samples/velero-hub), to the hub. */
+  readonly fleetChecks: ReadonlyArray<string>
   /** The first Backup the Schedule made. */
   readonly backup: string
 }
@@ -102,13 +106,21 @@ export const prepareVeleroSamples = async (
   log(
     `velero: ${storefrontSchedule} backed up ${storefrontNamespace} (${backup.name}, ${backup.itemsBackedUp} items)`,
   )
-  const checks = readdirSync(veleroSamplesDir)
-    .filter((f) => f.endsWith(".yaml"))
-    .sort()
-    .map((f) => join(veleroSamplesDir, f))
-  await first.api("POST", "/api/v1/namespaces", { metadata: { name: "velero-checks" } })
+  const yamlIn = (dir: string) =>
+    readdirSync(dir)
+      .filter((f) => f.endsWith(".yaml"))
+      .sort()
+      .map((f) => join(dir, f))
+  const checks = yamlIn(veleroSamplesDir)
+  // Drill targets get their checks in the same namespace.
+  for (const m of members) await m.api("POST", "/api/v1/namespaces", { metadata: { name: "velero-checks" } })
   for (const file of checks)
     await must(`applying ${file} to ${first.name}`, first.kubectl(["apply", "-f", file]))
   log(`velero: applied ${checks.length} Velero-backed samples (clusters/samples/velero) to ${first.name}`)
-  return { servers, checks, backup: backup.name }
+  const fleetChecks = yamlIn(veleroHubSamplesDir)
+  const hub = fleet.cluster("hub")
+  for (const file of fleetChecks)
+    await must(`applying ${file} to the hub`, hub.kubectl(["apply", "-f", file]))
+  log(`velero: applied ${fleetChecks.length} Velero drill samples (clusters/samples/velero-hub) to the hub`)
+  return { servers, checks, fleetChecks, backup: backup.name }
 }

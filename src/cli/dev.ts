@@ -27,7 +27,7 @@ import {
 } from "./dev-replicas.ts"
 import { renderStatus } from "./status.ts"
 
-export const devUsage = `Usage: fleetcheck dev [--members N] [--hub-replicas N] [--port PORT] [--secure-serving] [--prometheus]
+export const devUsage = `Usage: fleetcheck dev [--members N] [--hub-replicas N] [--port PORT] [--secure-serving] [--prometheus] [--velero]
 
 Starts a real local fleet on this machine: a hub cluster and N member clusters (default 2) sharing one
 etcd, the CRDs, the members registered by kubeconfig Secrets (the last of two or more by a
@@ -55,6 +55,10 @@ FLEETCHECK_* hub settings apply (see fleetcheck hub --help); logs default to War
                     evaluates deploy/prometheus/rules.yaml with every \`for:\` shortened to ${devAlertForSeconds}s, so
                     the failing samples' FleetcheckBackupCheckFailing fires within a minute; Alertmanager
                     receives the alerts. The banner prints both URLs; each alert that fires is said here.
+  --velero          also run a real Velero server in every member (built from the Go module proxy on
+                    first use: minutes, then cached), back up a small \`storefront\` namespace of the
+                    first member with a Velero Schedule, and add the Velero-backed samples
+                    (clusters/samples/velero): the hub restores that Backup into a sandbox.
 `
 
 const say = (line: string) => process.stderr.write(`[dev] ${line}\n`)
@@ -86,6 +90,7 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
       port: { type: "string", default: "8080" },
       "secure-serving": { type: "boolean", default: false },
       prometheus: { type: "boolean", default: false },
+      velero: { type: "boolean", default: false },
     },
     strict: true,
   })
@@ -106,7 +111,10 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
     return bad(`--port must be a TCP port, got ${JSON.stringify(values.port)}`)
   // The harness is loaded here, not at the top: `fleetcheck hub` never loads it.
   const harness = await import("../../clusters/local-fleet/index.ts")
-  const { prepareFleet, startFleet, startHubProcess } = harness
+  const { prepareFleet, prepareVeleroSamples, startFleet, startHubProcess } = harness
+  // Velero's build (cold: minutes) runs beside the fleet's start, not after it.
+  const veleroBuilt = values.velero ? harness.ensureVeleroBinaries() : undefined
+  veleroBuilt?.catch(() => undefined)
   const names = ["hub", ...Array.from({ length: members }, (_, i) => `member-${i + 1}`)]
   const memberNames = names.slice(1)
   say("starting a local fleet (the first run builds the Kubernetes binaries; progress follows)")
@@ -153,10 +161,22 @@ export const runDev = async (args: ReadonlyArray<string>): Promise<number> => {
   process.on("SIGINT", () => void stop("SIGINT"))
   process.on("SIGTERM", () => void stop("SIGTERM"))
   try {
-    const samples = await prepareFleet(fleet, {
+    const prepared = await prepareFleet(fleet, {
       log: say,
       clusterProfileMember: true,
     })
+    let samples = prepared
+    if (veleroBuilt) {
+      const started = Date.now()
+      await veleroBuilt
+      const velero = await prepareVeleroSamples(fleet, say)
+      say(`velero: ready in ${((Date.now() - started) / 1000).toFixed(1)}s (after the rest of the fleet)`)
+      samples = {
+        ...prepared,
+        checks: [...prepared.checks, ...velero.checks],
+        fleetChecks: [...prepared.fleetChecks, ...velero.fleetChecks],
+      }
+    }
     const hubCluster = fleet.cluster("hub")
     const kubeConfig = new KubeConfig()
     kubeConfig.loadFromString(hubCluster.kubeconfig)
