@@ -99,6 +99,7 @@ describe("real Velero in a local fleet", () => {
       .auditEvents()
       .filter(
         (e) =>
+          e.stage === "ResponseComplete" &&
           e.user.username === user &&
           ["create", "update", "patch", "delete"].includes(e.verb) &&
           (resource === undefined || e.objectRef?.resource === resource),
