@@ -111,6 +111,7 @@ import {
 import {
   chooseBackup,
   isOurRestore,
+  isRestoreInFlight,
   recoveryPointOf,
   restoreBody,
   restoreNameFor,
@@ -374,8 +375,12 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       yield* deleteJob(job, { uid: job.metadata?.uid }).pipe(Effect.catchIf(isConflict, () => Effect.void))
     }
     // Velero's Restores live in Velero's namespace: found by the check's uid label, not by the cache.
-    // Not waited for: a Restore's own finalizer is Velero's, and Velero may be down.
+    // One Velero is still working on is left until it settles (isRestoreInFlight), for at most
+    // sandboxCleanupTimeoutMs: then it is deleted anyway (Velero may be down, and never settle it).
     const veleroNs = veleroNamespaceOf(check)
+    const since = Date.parse(check.metadata.deletionTimestamp ?? "")
+    const withinCleanupTimeout = !(now - since >= options.sandboxCleanupTimeoutMs)
+    let restoresInFlight: string[] = []
     if (veleroNs !== undefined) {
       const restores = yield* restoresOfCheck(client, veleroNs, check.metadata.uid).pipe(
         Effect.catch((e) =>
@@ -385,8 +390,13 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           ),
         ),
       )
-      for (const r of restores)
-        if (!r.metadata.deletionTimestamp) yield* dropRestore(veleroNs, r.metadata.name, r.metadata.uid)
+      const left = restores.filter((r) => !r.metadata.deletionTimestamp)
+      restoresInFlight = withinCleanupTimeout
+        ? left.filter(isRestoreInFlight).map((r) => r.metadata.name)
+        : []
+      for (const r of left)
+        if (!restoresInFlight.includes(r.metadata.name))
+          yield* dropRestore(veleroNs, r.metadata.name, r.metadata.uid)
     }
     if (options.namespaces !== undefined) {
       // The sandboxes go with the check (their Jobs with them). Asked of the API, not the cache: one
@@ -395,8 +405,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
       const left = yield* liveSandboxes(check.metadata.uid)
       for (const n of left) if (!n.metadata?.deletionTimestamp) yield* deleteNamespace(n)
       if (left.length > 0) {
-        const since = Date.parse(check.metadata.deletionTimestamp ?? "")
-        if (!(now - since >= options.sandboxCleanupTimeoutMs)) {
+        if (withinCleanupTimeout) {
           yield* Effect.logInfo("waiting for sandboxes to be deleted").pipe(
             Effect.annotateLogs({ sandboxes: left.map((n) => n.metadata?.name).join(",") }),
           )
@@ -406,6 +415,12 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           "sandboxes still present after the sandbox cleanup timeout; removing the finalizer (the sweeper deletes them)",
         ).pipe(Effect.annotateLogs({ sandboxes: left.map((n) => n.metadata?.name).join(",") }))
       }
+    }
+    if (restoresInFlight.length > 0) {
+      yield* Effect.logInfo("waiting for Velero to settle its Restores before deleting them").pipe(
+        Effect.annotateLogs({ restores: restoresInFlight.join(",") }),
+      )
+      return { requeueAfterMs: 2000 }
     }
     yield* Effect.logInfo("deleted restore Jobs and sandboxes; removing finalizer")
     yield* ignoreNotFound(

@@ -86,6 +86,19 @@ export const VeleroRestoreObjectSchema = z.object({
 })
 export type VeleroRestoreObject = z.output<typeof VeleroRestoreObjectSchema>
 
+/**
+ * Whether Velero is working on the Restore (InProgress, waiting for plugin operations, Finalizing).
+ * Such a Restore is not deleted: Velero v1.18's controllers retry their status write to a Restore that
+ * is gone for --resource-timeout (10 minutes by default), one Restore at a time, so every later Restore
+ * in that cluster waits (measured: a check deleted mid-restore held the next Restore in Finalizing).
+ */
+export const isRestoreInFlight = (restore: VeleroRestoreObject): boolean => {
+  const phase = restore.status?.phase ?? ""
+  return (
+    phase === "InProgress" || phase.startsWith("WaitingForPluginOperations") || phase.startsWith("Finalizing")
+  )
+}
+
 /** The items of a list response that parse; `skipped` counts the rest (and those past maxListItems). */
 export const parseList = <T>(
   schema: z.ZodType<T>,

@@ -315,4 +315,61 @@ describe("the reconciler with spec.restore.velero", () => {
       assert.include(verified.message, "InProgress")
     }),
   )
+
+  describe("a deleted check's Restores", () => {
+    const deleted = (deletedAt: string) => {
+      const c = running()
+      return { ...c, metadata: { ...c.metadata, deletionTimestamp: deletedAt } } as BackupCheck
+    }
+    const withRestore = (phase: string) => (req: KubeRequest) =>
+      req.method === "GET" && req.path === restores
+        ? { items: [{ ...ourRestore({ phase }), metadata: { ...ourRestore({}).metadata, uid: "r-uid" } }] }
+        : { items: [] }
+    const deletes = (sent: KubeRequest[]) => sent.filter((r) => r.method === "DELETE").map((r) => r.path)
+    const finalizerRemoved = (sent: KubeRequest[]) =>
+      sent.some((r) => r.method === "PATCH" && (r.body as any)?.metadata?.finalizers !== undefined)
+
+    it.effect(
+      "a Restore Velero is still working on is left until it settles: no DELETE, the finalizer stays, requeued",
+      () =>
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2026-12-07T05:01:00Z"))
+          for (const phase of [
+            "InProgress",
+            "WaitingForPluginOperations",
+            "Finalizing",
+            "FinalizingPartiallyFailed",
+          ]) {
+            const { result, sent } = yield* pass(deleted("2026-12-07T05:00:50Z"), withRestore(phase))
+            assert.deepStrictEqual(deletes(sent), [], phase)
+            assert.isFalse(finalizerRemoved(sent), phase)
+            assert.deepStrictEqual(result, { requeueAfterMs: 2000 }, phase)
+          }
+        }),
+    )
+
+    it.effect("a settled one is deleted (uid precondition) and the finalizer removed", () =>
+      Effect.gen(function* () {
+        yield* TestClock.setTime(Date.parse("2026-12-07T05:01:00Z"))
+        for (const phase of ["Completed", "PartiallyFailed", "Failed", "FailedValidation", "New", ""]) {
+          const { sent } = yield* pass(deleted("2026-12-07T05:00:50Z"), withRestore(phase))
+          assert.deepStrictEqual(deletes(sent), [`${restores}/orders-g1`], phase)
+          const del = sent.find((r) => r.method === "DELETE")
+          assert.strictEqual((del?.body as any)?.preconditions?.uid, "r-uid")
+          assert.isTrue(finalizerRemoved(sent), phase)
+        }
+      }),
+    )
+
+    it.effect(
+      "past the sandbox cleanup timeout an in-flight one is deleted anyway (Velero may be down)",
+      () =>
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2026-12-07T05:20:00Z"))
+          const { sent } = yield* pass(deleted("2026-12-07T05:00:50Z"), withRestore("InProgress"))
+          assert.deepStrictEqual(deletes(sent), [`${restores}/orders-g1`])
+          assert.isTrue(finalizerRemoved(sent))
+        }),
+    )
+  })
 })
