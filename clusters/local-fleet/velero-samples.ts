@@ -92,7 +92,8 @@ export const prepareVeleroSamples = async (
         cluster,
         s3,
         bucket: "velero",
-        // The others restore the first member's backups (a migration): read-only, synced often.
+        // The others restore the first member's backups (a migration): read-only, synced at Velero's
+        // floor of once a minute.
         ...(i === 0 ? {} : { accessMode: "ReadOnly" as const, backupSyncPeriod: "10s" }),
       }),
     ),

@@ -151,7 +151,11 @@ export interface StartVeleroOptions {
   readonly bucket: string
   /** Key prefix in the bucket; servers sharing bucket and prefix see each other's backups. */
   readonly prefix?: string
-  /** How often backups in the store are synced into the cluster (default 1m, Velero's own). */
+  /**
+   * How often backups in the store are synced into the cluster (default 1m, Velero's own). Velero
+   * v1.18 looks only once a minute whatever this says (its backupSyncReconcilePeriod): shorter
+   * values change nothing below a minute.
+   */
   readonly backupSyncPeriod?: string
   /** ReadOnly for a member that only restores another's backups (default ReadWrite). */
   readonly accessMode?: "ReadWrite" | "ReadOnly"
