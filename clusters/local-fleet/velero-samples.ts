@@ -94,7 +94,7 @@ export const prepareVeleroSamples = async (
         bucket: "velero",
         // The others restore the first member's backups (a migration): read-only, synced at Velero's
         // floor of once a minute.
-        ...(i === 0 ? {} : { accessMode: "ReadOnly" as const, backupSyncPeriod: "10s" }),
+        ...(i === 0 ? {} : { accessMode: "ReadOnly" as const, backupSyncPeriod: "1m" }),
       }),
     ),
   )
@@ -118,6 +118,16 @@ export const prepareVeleroSamples = async (
   for (const file of checks)
     await must(`applying ${file} to ${first.name}`, first.kubectl(["apply", "-f", file]))
   log(`velero: applied ${checks.length} Velero-backed samples (clusters/samples/velero) to ${first.name}`)
+  // A drill run restores in the other members what their servers have synced from the store: before
+  // that (Velero syncs once a minute) it would find no Backup of the schedule and stay red until its
+  // next round.
+  await Promise.all(servers.slice(1).map((s) => s.waitForBackup(backup.name, 150_000)))
+  log(
+    `velero: ${backup.name} synced into ${members
+      .slice(1)
+      .map((m) => m.name)
+      .join(", ")}`,
+  )
   const fleetChecks = yamlIn(veleroHubSamplesDir)
   const hub = fleet.cluster("hub")
   for (const file of fleetChecks)
