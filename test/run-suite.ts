@@ -1,12 +1,12 @@
-// `npm test`: the whole suite in two vitest processes at once. One runs the cluster files one at a
-// time; the other runs the unit files and then the few files that mostly wait on the wall clock
-// (config/vitest.config.ts, wallClockFiles), so that waiting overlaps the first instead of adding
-// minutes to the suite. The unit files go first in the second process (vitest orders projects by name,
-// and on a 2-core machine runs one file at a time): they delay its waiting files by about a minute,
-// which that process has room for, while in the first they added that minute to the suite (CI: 75 s
-// of 906 s). The second process's output is printed after the first's, never interleaved.
-// Arguments go to both (e.g. a file filter: a process whose projects match nothing passes). Results:
-// test-results/vitest.json (both runs merged) and a closing line with the totals.
+// `npm test`: the whole suite in three vitest processes at once. One runs the cluster files one at a
+// time; the other two run the files that mostly wait on the wall clock (config/vitest.config.ts,
+// wallClockFiles and leaseFiles), one at a time each, so that waiting overlaps the cluster files
+// instead of adding minutes to the suite. The unit files go first in the second process (vitest orders
+// projects by name, and on a 2-core machine runs one file at a time): they delay its waiting files by
+// about a minute, which that process has room for. Only the first process streams to the terminal; the
+// others' output is printed after it, never interleaved.
+// Arguments go to every process (e.g. a file filter: a process whose projects match nothing passes).
+// Results: test-results/vitest.json (the runs merged) and a closing line with the totals.
 import { spawn } from "node:child_process"
 import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, relative } from "node:path"
@@ -25,6 +25,7 @@ interface Part {
 const parts: ReadonlyArray<Part> = [
   { name: "clusters", projects: ["clusters"], live: true },
   { name: "wall-clock", projects: ["unit", "wall-clock"], live: false },
+  { name: "leases", projects: ["leases"], live: false },
 ]
 
 const run = (part: Part) =>

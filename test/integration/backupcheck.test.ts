@@ -216,7 +216,7 @@ describe("BackupCheck controller on a real cluster", () => {
           m.spec.restore = { restic: { repository: "/r", credentialsSecretRef: { name: "s" } } }
           m.spec.sandbox = {}
         },
-        /sandbox is not available with restore yet/,
+        /sandbox is not available with restore.restic, postgres or etcd yet/,
       ],
       ["bad cron", (m) => (m.spec.schedule = "every day at 3"), /schedule/i],
       ["bad duration", (m) => (m.spec.timeout = "30 minutes"), /timeout/i],
