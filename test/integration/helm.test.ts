@@ -122,6 +122,10 @@ describe("deploy/helm: the charts with real Helm", () => {
         "serviceMonitor.enabled=true",
         "--set",
         "prometheusRule.enabled=true",
+        "--set",
+        "nodeSelector.kubernetes\\.io/os=linux",
+        "--set-json",
+        'tolerations=[{"key":"dedicated","operator":"Equal","value":"fleetcheck","effect":"NoSchedule"}]',
       ],
     ]
     for (const extra of variants) {
@@ -133,6 +137,18 @@ describe("deploy/helm: the charts with real Helm", () => {
           expect.arrayContaining(["PrometheusRule", "ServiceMonitor", "Certificate", "Issuer"]),
         )
       if (extra.includes("hub.sharding=true")) expect(kinds).toContain("PodDisruptionBudget")
+      const pod = parseAllDocuments(t.stdout)
+        .map((d) => d.toJS() as any)
+        .find((o) => o?.kind === "Deployment")?.spec.template.spec
+      if (extra.includes("--set-json")) {
+        expect(pod.nodeSelector).toEqual({ "kubernetes.io/os": "linux" })
+        expect(pod.tolerations).toEqual([
+          { key: "dedicated", operator: "Equal", value: "fleetcheck", effect: "NoSchedule" },
+        ])
+      } else {
+        expect(pod.nodeSelector).toBeUndefined()
+        expect(pod.tolerations).toBeUndefined()
+      }
       const applied = await hub.kubectl(["apply", "--server-side", "--dry-run=server", "-f", "-"], t.stdout)
       expect(applied.code, `${extra.join(" ")}: ${applied.stderr}`).toBe(0)
     }

@@ -106,6 +106,12 @@ const envEntry = (v: HubValue, indent: number): string => {
   return [`${sp}{{- if ne ${asText} ${JSON.stringify(unset)} }}`, ...entry, `${sp}{{- end }}`].join("\n")
 }
 
+/** `key:` and the value's YAML, when the value is not empty (`with`). */
+const withValue = (key: string, indent: number) => {
+  const sp = " ".repeat(indent)
+  return `${sp}{{- with .Values.${key} }}\n${sp}${key}:\n${sp}  {{- toYaml . | nindent ${indent + 2} }}\n${sp}{{- end }}`
+}
+
 const envOf = (container: any): Record<string, string> =>
   Object.fromEntries(
     (container.env ?? []).filter((e: any) => typeof e.value === "string").map((e: any) => [e.name, e.value]),
@@ -129,6 +135,8 @@ const deploymentTemplate = (src: Sources, values: HubValue[]): string => {
   doc.setIn(["spec", "strategy"], "STRATEGY_TOKEN")
   const pod = ["spec", "template", "spec"]
   doc.setIn([...pod, "affinity"], "AFFINITY_TOKEN")
+  doc.setIn([...pod, "nodeSelector"], "NODE_SELECTOR_TOKEN")
+  doc.setIn([...pod, "tolerations"], "TOLERATIONS_TOKEN")
   doc.setIn([...pod, "securityContext", "fsGroup"], "FSGROUP_TOKEN")
   const c = [...pod, "containers", 0]
   doc.setIn([...c, "image"], "IMAGE_TOKEN")
@@ -148,6 +156,8 @@ const deploymentTemplate = (src: Sources, values: HubValue[]): string => {
       STRATEGY_TOKEN: (i) =>
         `${" ".repeat(i)}strategy:\n${ifBlock(sharded, i, yamlAt(shardPatch.spec.strategy, i + 2), yamlAt(base.spec.strategy, i + 2))}`,
       AFFINITY_TOKEN: (i) => ifBlock(sharded, i, yamlAt({ affinity: shardSpec.affinity }, i)),
+      NODE_SELECTOR_TOKEN: (i) => withValue("nodeSelector", i),
+      TOLERATIONS_TOKEN: (i) => withValue("tolerations", i),
       FSGROUP_TOKEN: (i) =>
         ifBlock(certManager, i, yamlAt({ fsGroup: certPatch.spec.template.spec.securityContext.fsGroup }, i)),
       ENV_TOKEN: (i) =>
@@ -386,6 +396,18 @@ const chartValues = (deployment: any): ChartValue[] => {
       default: container.resources,
       help: "the hub container's resources (deploy/hub's: no CPU limit, memory bounded)",
       schema: { type: "object" },
+    },
+    {
+      path: "nodeSelector",
+      default: {},
+      help: "node labels the hub Pods must match (deploy/hub sets none)",
+      schema: { type: "object", additionalProperties: { type: "string" } },
+    },
+    {
+      path: "tolerations",
+      default: [],
+      help: "taints the hub Pods tolerate, as in a Pod spec",
+      schema: { type: "array", items: { type: "object" } },
     },
     {
       path: "tls.certManager.enabled",
