@@ -44,6 +44,7 @@ export {
   scraperToken,
   startPrometheus,
 } from "./prometheus.ts"
+export { upstreamCrdFiles } from "./upstream-crds.ts"
 export {
   backupItemFiles,
   backupTarballKey,
