@@ -23,7 +23,8 @@ import { restoreToolPath } from "./agent-executor.ts"
 import { freePort } from "./fleet.ts"
 import type { ManagedProcess, StartOptions } from "./processes.ts"
 
-type Spawn = (
+/** How a harness module starts a process: LocalFleet.spawn. */
+export type Spawn = (
   name: string,
   command: string,
   args: ReadonlyArray<string>,

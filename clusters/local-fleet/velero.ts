@@ -8,16 +8,9 @@ import { execFile, spawn } from "node:child_process"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
-import { motoServer, type S3Server } from "./backups.ts"
+import { motoServer, type S3Server, type Spawn } from "./backups.ts"
 import { freePort, type LocalCluster } from "./fleet.ts"
-import type { ManagedProcess, StartOptions } from "./processes.ts"
-
-type Spawn = (
-  name: string,
-  command: string,
-  args: ReadonlyArray<string>,
-  options?: StartOptions,
-) => ManagedProcess
+import type { ManagedProcess } from "./processes.ts"
 
 const buildTool = new URL("../build-tool.sh", import.meta.url).pathname
 const tools = {
