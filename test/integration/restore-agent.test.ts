@@ -3,7 +3,7 @@
 // restores what restic, etcd and pg_dump really wrote, from a filesystem and from an S3-compatible
 // server on loopback. A damaged pack, a wrong password, a failing assertion each turn the check red
 // with the agent's reason; the recovery point restic chose is the one recorded in status.
-import { readFileSync, writeFileSync } from "node:fs"
+import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -362,14 +362,25 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     expect(second.v, second.v.message).toMatchObject({ status: "False", reason: "DataCorrupted" })
   })
 
-  it("no credential appears in any check's status or in the namespace's Events", async () => {
+  it("no credential appears in any check's status, the namespace's Events, the agents' Pods or their logs", async () => {
     const secrets = ["s3-secret", "fs-secret", "not-the-password", s3.env.AWS_SECRET_ACCESS_KEY as string]
     const checks = JSON.stringify((await c.api("GET", checksPath)).body)
     const events = JSON.stringify((await c.api("GET", `/api/v1/namespaces/${ns}/events`)).body)
+    // Pods carry the agents' termination messages; their env names Secret keys, never values.
+    const pods = JSON.stringify((await c.api("GET", `/api/v1/namespaces/${ns}/pods`)).body)
+    // What every agent process wrote (stdout and stderr), one log file each.
+    const logDir = join(fleet.runDir, "logs")
+    const agentLogs = readdirSync(logDir)
+      .filter((f) => f.startsWith("agent-"))
+      .map((f) => ({ f, text: readFileSync(join(logDir, f), "utf8") }))
     expect(checks).toContain("RestoreSucceeded") // the objects are there to be searched
+    expect(pods).toContain("terminated")
+    expect(agentLogs.length).toBeGreaterThan(0)
     for (const secret of secrets) {
       expect(checks.includes(secret), `a check's status holds ${secret}`).toBe(false)
       expect(events.includes(secret), `an Event holds ${secret}`).toBe(false)
+      expect(pods.includes(secret), `a Pod holds ${secret}`).toBe(false)
+      for (const { f, text } of agentLogs) expect(text.includes(secret), `${f} holds ${secret}`).toBe(false)
     }
   })
 
