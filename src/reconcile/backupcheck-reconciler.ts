@@ -1539,31 +1539,15 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           const name = restoreNameFor(check.metadata.name, runID)
           const runLabel = labelValueFor(runID)
           const refused = (what: string) => (e: KubeApiError) =>
-            Effect.gen(function* () {
-              const message = boundMessage(`${what}: ${e.message}`)
-              yield* write(
-                withVerified(next, { status: "False", reason: conditionReasons.JobCreateFailed, message }),
-              )
-              return yield* new RestoreJobCreateError({
-                job: name,
-                reason: conditionReasons.JobCreateFailed,
-                message,
-              })
-            })
+            startRefused(name, conditionReasons.JobCreateFailed, boundMessage(`${what}: ${e.message}`))
           const conflict = (r: VeleroRestoreObject) =>
-            Effect.gen(function* () {
-              const message = boundMessage(
+            startRefused(
+              name,
+              conditionReasons.NameConflict,
+              boundMessage(
                 `Velero Restore ${name} in ${v.namespace} already exists and is not this check's run ${runID} (labelled ${labelBackupCheckUid}=${r.metadata.labels?.[labelBackupCheckUid] ?? "<none>"}, ${labelRun}=${r.metadata.labels?.[labelRun] ?? "<none>"}); delete that Restore`,
-              )
-              yield* write(
-                withVerified(next, { status: "False", reason: conditionReasons.NameConflict, message }),
-              )
-              return yield* new RestoreJobCreateError({
-                job: name,
-                reason: conditionReasons.NameConflict,
-                message,
-              })
-            })
+              ),
+            )
           const existing = yield* liveRestore(client, v.namespace, name).pipe(
             Effect.catchIf(isRefusal, refused(`reading Velero Restore ${name}`)),
           )
@@ -1674,14 +1658,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           if (created.refused !== undefined) {
             // The API refused the Job (RBAC, quota, admission, invalid template): say so, retry with backoff.
             const message = boundMessage(`creating restore Job ${jobName}: ${created.refused}`)
-            yield* write(
-              withVerified(next, { status: "False", reason: conditionReasons.JobCreateFailed, message }),
-            )
-            return yield* new RestoreJobCreateError({
-              job: jobName,
-              reason: conditionReasons.JobCreateFailed,
-              message,
-            })
+            return yield* startRefused(jobName, conditionReasons.JobCreateFailed, message)
           }
           if (created.job !== undefined) {
             yield* Effect.logInfo(validation ? "created validation Job" : "created restore Job").pipe(
@@ -1720,17 +1697,11 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           )
           const name = objects.namespace.metadata?.name ?? ""
           const refused = (what: string) => (e: KubeApiError) =>
-            Effect.gen(function* () {
-              const message = boundMessage(`creating ${what} of sandbox ${name}: ${e.message}`)
-              yield* write(
-                withVerified(next, { status: "False", reason: conditionReasons.JobCreateFailed, message }),
-              )
-              return yield* new RestoreJobCreateError({
-                job: name,
-                reason: conditionReasons.JobCreateFailed,
-                message,
-              })
-            })
+            startRefused(
+              name,
+              conditionReasons.JobCreateFailed,
+              boundMessage(`creating ${what} of sandbox ${name}: ${e.message}`),
+            )
           const createdNs = yield* client
             .request<V1Namespace>({ method: "POST", path: pathOf(namespaces), body: objects.namespace })
             .pipe(
@@ -1744,14 +1715,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
               const message = boundMessage(
                 `sandbox namespace ${name} already exists and is not this BackupCheck's (labelled ${labelBackupCheckUid}=${live.metadata?.labels?.[labelBackupCheckUid] ?? "<none>"}); delete that namespace`,
               )
-              yield* write(
-                withVerified(next, { status: "False", reason: conditionReasons.NameConflict, message }),
-              )
-              return yield* new RestoreJobCreateError({
-                job: name,
-                reason: conditionReasons.NameConflict,
-                message,
-              })
+              return yield* startRefused(name, conditionReasons.NameConflict, message)
             }
             if (live.metadata?.deletionTimestamp) return false
           } else {
@@ -1776,6 +1740,14 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
         })
       }
 
+      /** A run that cannot start: Verified says why, and the error backs the check off. */
+      function startRefused(job: string, reason: RestoreJobCreateError["reason"], message: string) {
+        return Effect.gen(function* () {
+          yield* write(withVerified(next, { status: "False", reason, message }))
+          return yield* new RestoreJobCreateError({ job, reason, message })
+        })
+      }
+
       /** The run's Job name is taken by a Job this check does not control: say so, and back off. */
       function nameConflict(job: CachedJob) {
         return Effect.gen(function* () {
@@ -1783,14 +1755,7 @@ export const makeBackupCheckReconciler = (options: BackupCheckReconcilerOptions)
           const message = boundMessage(
             `restore Job ${name} already exists and is not controlled by this BackupCheck (it is ${ownerOf(job)}); delete or rename that Job`,
           )
-          yield* write(
-            withVerified(next, { status: "False", reason: conditionReasons.NameConflict, message }),
-          )
-          return yield* new RestoreJobCreateError({
-            job: name,
-            reason: conditionReasons.NameConflict,
-            message,
-          })
+          return yield* startRefused(name, conditionReasons.NameConflict, message)
         })
       }
     })
