@@ -92,9 +92,9 @@ export const prepareVeleroSamples = async (
         cluster,
         s3,
         bucket: "velero",
-        // The others restore the first member's backups (a migration): read-only, synced at Velero's
-        // floor of once a minute.
-        ...(i === 0 ? {} : { accessMode: "ReadOnly" as const, backupSyncPeriod: "1m" }),
+        // The others restore the first member's backups (a migration): read-only, synced at each of
+        // Velero's once-a-minute looks.
+        ...(i === 0 ? {} : { accessMode: "ReadOnly" as const, backupSyncPeriod: "10s" }),
       }),
     ),
   )

@@ -146,8 +146,9 @@ export interface StartVeleroOptions {
   readonly prefix?: string
   /**
    * How often backups in the store are synced into the cluster (default 1m, Velero's own). Velero
-   * v1.18 looks only once a minute whatever this says (its backupSyncReconcilePeriod): shorter
-   * values change nothing below a minute.
+   * v1.18 looks once a minute (its backupSyncReconcilePeriod) and syncs when this much has passed
+   * since the last sync: below a minute, every look syncs; at 1m, a look a moment early waits for
+   * the next, so a sync may take two minutes.
    */
   readonly backupSyncPeriod?: string
   /** ReadOnly for a member that only restores another's backups (default ReadWrite). */

@@ -437,7 +437,7 @@ describe("real Velero in a local fleet", () => {
       expect(created.map((e) => e.objectRef?.name)).toHaveLength(1)
     }, 300_000)
 
-    // Velero syncs a store every minute whatever --backup-sync-period says (backupSyncReconcilePeriod),
+    // Velero looks at a store once a minute, however short --backup-sync-period is (backupSyncReconcilePeriod),
     // so this waits here, after the other tests, not first.
     it("harness: member B's server syncs member A's backups from the shared bucket", async () => {
       const synced = await veleroB.waitForBackup(shopBackup.name)
