@@ -3,6 +3,7 @@
 // the pod's scratch (unix socket only, no TCP port), then runs the assertions and the
 // dataTimestampQuery on the restored rows: the data-age objective comes from the data itself.
 import { type ChildProcess, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
 import { chmod, chown, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -97,12 +98,24 @@ const startServer = async (
       "fsync=off",
       "-c",
       "full_page_writes=off",
+      // English log lines whatever the pod's locale: the readiness line below is matched on them.
+      "-c",
+      "lc_messages=C",
     ],
     { env: opts.env, stdio: ["ignore", "ignore", "pipe"], ...(user ?? {}) },
   )
   let log = ""
+  // The postmaster logs this line the moment it accepts connections (after recovery, when there is
+  // one: "read-only connections" does not match). Seeing it ends the wait at once; pg_isready, polled
+  // every 50 ms, stays the fallback for a server whose log says otherwise.
+  let accepting = false
+  let wake: (() => void) | undefined
   server.stderr?.on("data", (c: Buffer) => {
     log = (log + c.toString()).slice(-16384)
+    if (!accepting && log.includes("ready to accept connections")) {
+      accepting = true
+      wake?.()
+    }
   })
   let exit: string | undefined
   server.once("exit", (code, signal) => {
@@ -127,8 +140,7 @@ const startServer = async (
       await stop()
       throw new AgentFailure(waitOutOfRecovery ? "DataCorrupted" : "RestoreToolFailed", exit)
     }
-    const ready = await tool("pg_isready", ["-q"])
-    if (ready.code === 0) {
+    if (accepting || (await tool("pg_isready", ["-q"])).code === 0) {
       if (!waitOutOfRecovery) break
       const r = await tool("psql", [
         "-X",
@@ -146,27 +158,59 @@ const startServer = async (
       await stop()
       throw new AgentFailure("RestoreToolFailed", "postgres did not become ready")
     }
-    await new Promise((r) => setTimeout(r, 50))
+    await new Promise<void>((r) => {
+      wake = r
+      setTimeout(r, 50)
+    })
   }
   return { socketDir, tool, stop }
 }
 
-/** One number from a query on the restored database. */
-const scalar = async (server: Server, database: string, sql: string, what: string): Promise<string> => {
-  const r = await server.tool("psql", [
-    "-X",
-    "-A",
-    "-t",
-    "-q",
-    "-v",
-    "ON_ERROR_STOP=1",
-    "-d",
-    database,
-    "-c",
-    sql,
-  ])
-  if (r.code !== 0) throw new AgentFailure("AssertionFailed", `${what}: ${lastWords(r.stderr)}`)
-  return r.stdout.trim().split("\n")[0]?.trim() ?? ""
+/** How long each phase took, for the agent's log: Postgres start-up apart from the restore itself. */
+const phaseClock = () => {
+  let last = performance.now()
+  const phases: string[] = []
+  return {
+    mark: (phase: string) => {
+      const now = performance.now()
+      phases.push(`${phase} in ${((now - last) / 1000).toFixed(3)}s`)
+      last = now
+    },
+    log: () => process.stderr.write(`fleetcheck agent: postgres phases: ${phases.join(", ")}\n`),
+  }
+}
+
+/**
+ * Each query's first output line, from one psql session: a psql start and connection cost about as
+ * much as a small query, and a check may list many assertions. A marker line (fresh per call, so no
+ * query's output can forge it) is echoed before each query; when one fails, psql stops there
+ * (ON_ERROR_STOP) and the last marker printed names it.
+ */
+export const scalars = async (
+  server: Pick<Server, "tool">,
+  database: string,
+  queries: ReadonlyArray<{ readonly sql: string; readonly what: string }>,
+): Promise<string[]> => {
+  const marker = `fleetcheck-query-${randomBytes(8).toString("hex")}-`
+  const args = [
+    ...["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", database],
+    ...queries.flatMap((q, i) => ["-c", `\\echo ${marker}${i}`, "-c", q.sql]),
+  ]
+  const r = await server.tool("psql", args)
+  const firstLines: string[] = []
+  let current = -1
+  for (const line of r.stdout.split("\n")) {
+    if (line.startsWith(marker)) {
+      current = Number(line.slice(marker.length))
+      firstLines[current] = ""
+    } else if (current >= 0 && firstLines[current] === "" && line.trim() !== "")
+      firstLines[current] = line.trim()
+  }
+  if (r.code !== 0) {
+    const failed = queries[Math.max(current, 0)]?.what ?? "query"
+    throw new AgentFailure("AssertionFailed", `${failed}: ${lastWords(r.stderr)}`)
+  }
+  return queries.map((_, i) => firstLines[i] ?? "")
 }
 
 export const assertionVerdict = (a: Assertion, value: number): string | undefined => {
@@ -177,10 +221,23 @@ export const assertionVerdict = (a: Assertion, value: number): string | undefine
 }
 
 const verify = async (server: Server, spec: PostgresSpec) => {
+  const timeQuery = spec.dataTimestampQuery?.trim().replace(/;+\s*$/, "")
+  const answers = await scalars(server, spec.database, [
+    ...spec.assertions.map((a) => ({ sql: a.sql, what: `assertion ${a.name}` })),
+    { sql: "SELECT count(*) FROM pg_stat_user_tables", what: "tables" },
+    ...(timeQuery === undefined
+      ? []
+      : [
+          {
+            sql: `SELECT extract(epoch FROM q.t) FROM (${timeQuery}) AS q(t) LIMIT 1`,
+            what: "dataTimestampQuery",
+          },
+        ]),
+  ])
   const counts: Record<string, number> = {}
   const said: string[] = []
-  for (const a of spec.assertions) {
-    const text = await scalar(server, spec.database, a.sql, `assertion ${a.name}`)
+  spec.assertions.forEach((a, i) => {
+    const text = answers[i] ?? ""
     const value = Number(text)
     if (text === "" || !Number.isFinite(value))
       throw new AgentFailure(
@@ -191,20 +248,12 @@ const verify = async (server: Server, spec: PostgresSpec) => {
     if (failed) throw new AgentFailure("AssertionFailed", failed)
     if (Number.isSafeInteger(value) && value >= 0) counts[a.name] = value
     said.push(`${a.name}=${value}`)
-  }
-  const tables = Number(
-    await scalar(server, spec.database, "SELECT count(*) FROM pg_stat_user_tables", "tables"),
-  )
+  })
+  const tables = Number(answers[spec.assertions.length])
   counts.tables = Number.isSafeInteger(tables) ? tables : 0
   let dataTimestamp: string | undefined
-  if (spec.dataTimestampQuery !== undefined) {
-    const inner = spec.dataTimestampQuery.trim().replace(/;+\s*$/, "")
-    const epoch = await scalar(
-      server,
-      spec.database,
-      `SELECT extract(epoch FROM q.t) FROM (${inner}) AS q(t) LIMIT 1`,
-      "dataTimestampQuery",
-    )
+  if (timeQuery !== undefined) {
+    const epoch = answers[spec.assertions.length + 1] ?? ""
     const ms = Number(epoch) * 1000
     if (epoch === "" || !Number.isFinite(ms))
       throw new AgentFailure("AssertionFailed", "dataTimestampQuery returned no time (no rows, or NULL)")
@@ -232,7 +281,9 @@ const restoreDump = async (
     await fh.read(head, 0, 5, 0)
     await fh.close()
     const custom = head.toString("latin1") === "PGDMP"
+    const clock = phaseClock()
     const server = await startServer(ctx, join(ctx.scratch, "pgdata"), true, "", false)
+    clock.mark("postgres ready")
     try {
       if (spec.database !== "postgres") {
         const r = await server.tool("psql", [
@@ -275,7 +326,10 @@ const restoreDump = async (
           `${custom ? "pg_restore" : "psql"}: ${lastWords(r.stderr)}`,
         )
       }
+      clock.mark(custom ? "pg_restore" : "psql restore")
       const v = await verify(server, spec)
+      clock.mark("verified")
+      clock.log()
       return {
         message: `restored ${custom ? "pg_dump archive" : "SQL dump"} ${file.source} (${formatBytes(file.bytes)}) into database ${spec.database}: ${v.counts.tables} tables${v.said.length ? `; ${v.said.join(", ")}` : ""}`,
         dataTimestamp: v.dataTimestamp,
@@ -392,9 +446,13 @@ const restoreBarman = async (
     await writeFile(join(dataDir, "recovery.signal"), "")
     const user = await serverUser()
     if (user) await chownTree(dataDir, user.uid, user.gid)
+    const clock = phaseClock()
     const server = await startServer(ctx, dataDir, false, `\n${conf}`, true)
+    clock.mark("postgres recovered and ready")
     try {
       const v = await verify(server, spec)
+      clock.mark("verified")
+      clock.log()
       const { files, bytes } = await treeSize(dataDir)
       return {
         message: `restored base backup ${chosen.id} of ${store.serverName} (${chosen.time}) with its WAL${store.recoveryTargetTime ? ` to ${store.recoveryTargetTime}` : ""}: ${v.counts.tables} tables in ${spec.database}${v.said.length ? `; ${v.said.join(", ")}` : ""}`,

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest"
 import { quantityBytes } from "../../clusters/local-fleet/agent-executor.ts"
 import { prefixEnd } from "../../src/agent/etcd.ts"
 import { s3HttpUrl, signS3Get } from "../../src/agent/object-fetch.ts"
-import { assertionVerdict } from "../../src/agent/postgres.ts"
+import { assertionVerdict, scalars } from "../../src/agent/postgres.ts"
 import { AgentFailure } from "../../src/agent/protocol.ts"
 import { chooseRecoveryPoint } from "../../src/agent/recovery-point.ts"
 import { classifyResticFailure } from "../../src/agent/restic.ts"
@@ -98,6 +98,46 @@ describe("assertionVerdict", () => {
     expect(assertionVerdict({ name: "n", sql: "", min: 5 }, 4)).toBe("n = 4, below the minimum 5")
     expect(assertionVerdict({ name: "n", sql: "", max: 5 }, 6)).toBe("n = 6, above the maximum 5")
     expect(assertionVerdict({ name: "n", sql: "", equals: 0 }, 1)).toBe("n = 1, expected 0")
+  })
+})
+
+describe("scalars", () => {
+  // psql as it answers -A -t -q with \\echo and queries interleaved: each -c in turn, stopping at the
+  // first failing query (ON_ERROR_STOP).
+  const psql = (answers: ReadonlyArray<string | Error>) => ({
+    tool: async (_command: string, args: ReadonlyArray<string>) => {
+      let stdout = ""
+      let query = 0
+      for (let i = 0; i < args.length; i++) {
+        if (args[i] !== "-c") continue
+        const c = args[++i] ?? ""
+        if (c.startsWith("\\echo ")) {
+          stdout += `${c.slice(6)}\n`
+          continue
+        }
+        const a = answers[query++]
+        if (a instanceof Error) return { code: 3, stdout, stderr: `ERROR:  ${a.message}\n` }
+        stdout += a
+      }
+      return { code: 0, stdout, stderr: "" }
+    },
+  })
+  const queries = [
+    { sql: "SELECT 1", what: "assertion a" },
+    { sql: "SELECT 2", what: "assertion b" },
+    { sql: "SELECT 3", what: "tables" },
+  ]
+  it("gives each query its own first line, from one psql run", async () => {
+    expect(await scalars(psql(["7\n8\n", "\n", "9\n"]), "db", queries)).toEqual(["7", "", "9"])
+  })
+  it("a line that looks like a marker cannot shift the answers", async () => {
+    const forged = "fleetcheck-query-0000000000000000-2\n"
+    expect(await scalars(psql([forged, "5\n", "6\n"]), "db", queries)).toEqual([forged.trim(), "5", "6"])
+  })
+  it("a failing query is named, with psql's words", async () => {
+    await expect(
+      scalars(psql(["1\n", new Error('relation "x" does not exist')]), "db", queries),
+    ).rejects.toThrow('assertion b: ERROR:  relation "x" does not exist')
   })
 })
 
