@@ -5,6 +5,8 @@
 // with the agent's reason; the recovery point restic chose is the one recorded in status.
 import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
+import { Layer, Logger, References } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   barmanBackup,
@@ -22,6 +24,7 @@ import {
   writeSampleFiles,
 } from "../../clusters/local-fleet/index.ts"
 import { runMethod } from "../../src/agent/main.ts"
+import { TracingLive } from "../../src/observability/tracing.ts"
 import { type RunningEngine, startEngine } from "../support/engine.ts"
 import { waitUntil } from "../support/wait.ts"
 
@@ -41,6 +44,14 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
   let flipRepo: string
   let s3Repo: string
   let barman: { backupID: string }
+  // Everything the engine traced and logged (every level), for the credential search below.
+  const spans = new InMemorySpanExporter()
+  const logLines: string[] = []
+  const observed = Layer.mergeAll(
+    TracingLive({ serviceName: "fleetcheck-test", spanProcessor: new SimpleSpanProcessor(spans) }),
+    Logger.layer([Logger.map(Logger.formatJson, (line) => void logLines.push(line))]),
+    Layer.succeed(References.MinimumLogLevel, "Debug"),
+  )
 
   const secret = async (name: string, values: Record<string, string>) => {
     const r = await c.api("POST", `/api/v1/namespaces/${ns}/secrets`, {
@@ -255,7 +266,7 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     await check("restic-flip", {
       restore: { restic: { repository: flipRepo, credentialsSecretRef: { name: "restic-fs" } } },
     })
-    engine = await startEngine(c, { runningPollMs: 1_000 })
+    engine = await startEngine(c, { runningPollMs: 1_000 }, observed)
   }, 240_000)
 
   afterAll(async () => {
@@ -362,7 +373,7 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     expect(second.v, second.v.message).toMatchObject({ status: "False", reason: "DataCorrupted" })
   })
 
-  it("no credential appears in any check's status, the namespace's Events, the agents' Pods or their logs", async () => {
+  it("no credential appears in any check's status, the namespace's Events, the agents' Pods or logs, or the engine's spans or logs", async () => {
     const secrets = ["s3-secret", "fs-secret", "not-the-password", s3.env.AWS_SECRET_ACCESS_KEY as string]
     const checks = JSON.stringify((await c.api("GET", checksPath)).body)
     const events = JSON.stringify((await c.api("GET", `/api/v1/namespaces/${ns}/events`)).body)
@@ -376,7 +387,19 @@ describe("restore agent: real restic, etcd and Postgres backups restored through
     expect(checks).toContain("RestoreSucceeded") // the objects are there to be searched
     expect(pods).toContain("terminated")
     expect(agentLogs.length).toBeGreaterThan(0)
+    // Spans with their attributes, events and status; log lines with their annotations.
+    const traced = JSON.stringify(
+      spans
+        .getFinishedSpans()
+        .map((s) => ({ n: s.name, a: s.attributes, e: s.events, s: s.status, l: s.links })),
+    )
+    expect(traced).toContain("restic-latest")
+    expect(logLines.length).toBeGreaterThan(0)
+    const logged = logLines.join("\n")
+    expect(logged).toContain('"level":"INFO"') // levels below the tests' usual Warn are kept
     for (const secret of secrets) {
+      expect(traced.includes(secret), `a span holds ${secret}`).toBe(false)
+      expect(logged.includes(secret), `the engine's log holds ${secret}`).toBe(false)
       expect(checks.includes(secret), `a check's status holds ${secret}`).toBe(false)
       expect(events.includes(secret), `an Event holds ${secret}`).toBe(false)
       expect(pods.includes(secret), `a Pod holds ${secret}`).toBe(false)

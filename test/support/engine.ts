@@ -1,7 +1,7 @@
 // Runs a real member engine from a test: its own Scope, closed by stop(); logs at Warn and above
 // unless FLEETCHECK_TEST_LOG=debug, so failures stay readable.
 import { KubeConfig } from "@kubernetes/client-node"
-import { Effect, Exit, References, Scope } from "effect"
+import { Effect, Exit, Layer, References, Scope } from "effect"
 import type { LocalCluster } from "../../clusters/local-fleet/index.ts"
 import { defaultHubConfig } from "../../src/hub/config.ts"
 import {
@@ -49,17 +49,26 @@ export const engineOptions = (
   ...overrides,
 })
 
-export const startEngine = async (
+/**
+ * `services`: a layer built into the engine's scope and provided to it, such as a tracer whose spans a
+ * test reads, or a logger that keeps every line (it may set its own minimum level).
+ */
+export const startEngine = async <ROut = never, E = never>(
   cluster: LocalCluster,
   options: Partial<Omit<MemberEngineOptions, "kubeConfig" | "cluster">> = {},
+  services?: Layer.Layer<ROut, E>,
 ): Promise<RunningEngine> => {
   const kubeConfig = new KubeConfig()
   kubeConfig.loadFromString(cluster.kubeconfig)
   const scope = await Effect.runPromise(Scope.make())
+  const level = Layer.succeed(References.MinimumLogLevel, logLevel)
+  const provided = await Effect.runPromise(
+    Layer.buildWithScope(services ? Layer.merge(level, services) : level, scope),
+  )
   const engine = await Effect.runPromise(
     startMemberEngine(engineOptions(cluster.name, kubeConfig, options)).pipe(
       Scope.provide(scope),
-      Effect.provideService(References.MinimumLogLevel, logLevel),
+      Effect.provide(provided),
     ),
   )
   await Effect.runPromise(engine.awaitSynced.pipe(Effect.timeout("30 seconds")))
