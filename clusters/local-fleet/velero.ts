@@ -1,11 +1,11 @@
 // A real Velero for local fleets (tests and `fleetcheck dev`): the server built from the Go module proxy
-// (clusters/bin/velero, clusters/bin/velero-plugin-for-aws) runs as a host process against one member's
-// API server with that member's kubeconfig, its backup storage location a bucket on the loopback S3
-// server (backups.ts). No node agent runs, so backups hold Kubernetes objects only (no volume data).
-// Several members' servers may share one bucket and prefix: each syncs the others' backups into its own
-// cluster, the way Velero users migrate clusters.
+// (clusters/bin/velero: the server and its AWS plugin, one module) runs as a host process against one
+// member's API server with that member's kubeconfig, its backup storage location a bucket on the loopback S3
+// server (backups.ts). No node agent runs, so backups hold Kubernetes objects only (no volume data). Several
+// members' servers may share one bucket and prefix: each syncs the others' backups into its own cluster, the
+// way Velero users migrate clusters.
 import { execFile, spawn } from "node:child_process"
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { motoServer, type S3Server, type Spawn } from "./backups.ts"
@@ -13,17 +13,18 @@ import { freePort, type LocalCluster } from "./fleet.ts"
 import type { ManagedProcess } from "./processes.ts"
 
 const buildTool = new URL("../build-tool.sh", import.meta.url).pathname
-const tools = {
-  velero: ["github.com/vmware-tanzu/velero", "github.com/vmware-tanzu/velero/cmd/velero"],
-  "velero-plugin-for-aws": [
-    "github.com/vmware-tanzu/velero-plugin-for-aws",
-    "github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws",
-  ],
-} as const
+const plugin = "velero-plugin-for-aws"
+const buildArgs = [
+  "velero",
+  "github.com/vmware-tanzu/velero",
+  "github.com/vmware-tanzu/velero/cmd/velero",
+  `github.com/vmware-tanzu/${plugin}/${plugin}`,
+]
 
-const buildOne = (name: keyof typeof tools): Promise<string> =>
+/** Velero and its plugin, in one `go build` (clusters/build-tool.sh): the directory holding both. */
+const buildBoth = (): Promise<string> =>
   new Promise((resolve, reject) => {
-    const child = spawn("bash", [buildTool, name, ...tools[name]], { stdio: ["ignore", "pipe", "inherit"] })
+    const child = spawn("bash", [buildTool, ...buildArgs], { stdio: ["ignore", "pipe", "inherit"] })
     let stdout = ""
     child.stdout.on("data", (chunk: Buffer) => {
       stdout += chunk.toString()
@@ -31,25 +32,32 @@ const buildOne = (name: keyof typeof tools): Promise<string> =>
     child.once("error", reject)
     child.once("exit", (code) => {
       const dir = stdout.trim().split("\n").at(-1) ?? ""
-      if (code === 0 && existsSync(join(dir, name))) resolve(dir)
-      else reject(new Error(`clusters/build-tool.sh ${name} exited with ${code}; see the output above`))
+      if (code === 0 && existsSync(join(dir, "velero")) && existsSync(join(dir, plugin))) resolve(dir)
+      else reject(new Error(`clusters/build-tool.sh velero exited with ${code}; see the output above`))
     })
   })
 
 export interface VeleroBinaries {
   readonly velero: string
-  /** Holds only velero-plugin-for-aws: the server's --plugin-dir. */
+  /** Holds only velero-plugin-for-aws: the server's --plugin-dir (it runs every executable there). */
   readonly pluginDir: string
 }
 
 let built: Promise<VeleroBinaries> | undefined
 
-/** Velero and its AWS plugin, built in parallel on first use (a second when cached). */
+/** Velero and its AWS plugin, built on first use (a second when cached). */
 export const ensureVeleroBinaries = (): Promise<VeleroBinaries> => {
-  built ??= Promise.all([buildOne("velero"), buildOne("velero-plugin-for-aws")]).then(([v, p]) => ({
-    velero: join(v, "velero"),
-    pluginDir: p,
-  }))
+  built ??= buildBoth().then((dir) => {
+    const pluginDir = join(dir, "plugins")
+    mkdirSync(pluginDir, { recursive: true })
+    try {
+      // A hard link: Velero looks for plugins among the directory's regular executable files.
+      linkSync(join(dir, plugin), join(pluginDir, plugin))
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
+    }
+    return { velero: join(dir, "velero"), pluginDir }
+  })
   return built
 }
 

@@ -1,10 +1,13 @@
 //go:build tools
 
-// Pins the Velero CLI and server (one binary) for clusters/build-tool.sh: the local fleets' real Velero.
+// Pins the Velero CLI and server (one binary) and Velero's AWS object-store plugin (S3 backup storage
+// locations) for clusters/build-tool.sh: the local fleets' real Velero. One module and one `go build`
+// for both, so the packages they share (Kubernetes clients, the AWS SDK, gRPC) compile once. The
+// plugin's main package is the subdirectory of the same name, so `go build` names the binary as
+// Velero expects.
 package tools
 
-import _ "github.com/vmware-tanzu/velero/cmd/velero"
-
-// ldflags: controller-runtime's metrics server, which Velero does not configure, would bind :8080 on the
-// host (a pod's own port in a real cluster); "0" turns it off, so several servers and the dev hub coexist.
-// Velero's own metrics stay on --metrics-address.
+import (
+	_ "github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws"
+	_ "github.com/vmware-tanzu/velero/cmd/velero"
+)
