@@ -1,6 +1,6 @@
 // The backups behind the restore samples (clusters/samples/restores): made for real when `fleetcheck
 // dev` starts, so the dashboard's first real restores prove bytes that restic, etcd and pg_dump wrote.
-// An S3-compatible server on loopback holds a restic repository and a snapshot of the fleet's own etcd; the run dir holds
+// An S3-compatible server on loopback holds a restic repository and an etcd snapshot; the run dir holds
 // a damaged restic repository and a pg_dump archive. The samples' {{name}} placeholders are filled in
 // from `values`; the Secrets they reference are returned for the caller to create.
 import { spawn } from "node:child_process"
@@ -8,9 +8,9 @@ import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import {
   damageResticPacks,
+  etcdSnapshot,
   pgDump,
   resticBackup,
-  snapshotOfEtcd,
   startS3Server,
   writeSampleFiles,
 } from "./backups.ts"
@@ -72,9 +72,14 @@ export const makeSampleBackups = async (
   damageResticPacks(damaged)
   log("sample backups: restic repositories made (one on S3, one damaged on disk)")
 
-  // The dev fleet's own etcd: every cluster's objects, under /<cluster>/registry/.
-  const snapshot = await snapshotOfEtcd(fleet.etcdUrl, join(dir, "fleet-etcd.db"))
-  await s3.putObject("etcd", "snapshots/dev-fleet.db", readFileSync(snapshot))
+  // A fresh etcd's snapshot. (One of the dev fleet's own etcd failed its restore in 2 of 3 suite runs,
+  // the agent exiting 1 without a verdict; back to this until that is understood.)
+  const snapshot = await etcdSnapshot(fleet.spawn, join(fleet.binDir, "etcd"), dir, [
+    "/registry/configmaps/shop/prices",
+    "/registry/configmaps/shop/flags",
+    "/registry/secrets/shop/api-key",
+  ])
+  await s3.putObject("etcd", "snapshots/member.db", readFileSync(snapshot))
   const dump = await pgDump(dir, 1_000, 10 * 60_000)
   log("sample backups: etcd snapshot on S3, pg_dump of orders")
 

@@ -58,7 +58,7 @@ describe("fleetcheck dev", () => {
     // The real restores: restic from the local S3 server, a damaged repository, etcd, a pg_dump.
     expect(status.stdout).toMatch(/orders-files-restic\s+True\s+RestoreSucceeded/)
     expect(status.stdout).toMatch(/orders-files-damaged\s+False\s+DataCorrupted/)
-    expect(status.stdout).toMatch(/dev-fleet-etcd\s+True\s+RestoreSucceeded/)
+    expect(status.stdout).toMatch(/member-etcd-snapshot\s+True\s+RestoreSucceeded/)
     expect(status.stdout).toMatch(/orders-db-pgdump\s+True\s+RestoreSucceeded/)
     // The FleetBackupCheck sample, placed by the hub in both members and verified there.
     expect(status.stdout).toMatch(
