@@ -65,7 +65,14 @@ interface Report {
   numFailedTests: number
   numPendingTests: number
   numTodoTests: number
-  testResults: Array<{ name?: string; startTime?: number; endTime?: number }>
+  testResults: Array<{
+    name?: string
+    startTime?: number
+    endTime?: number
+    status?: string
+    message?: string
+    assertionResults?: Array<{ fullName?: string; status?: string; failureMessages?: string[] }>
+  }>
   success: boolean
 }
 const merged: Report = {
@@ -107,6 +114,18 @@ const slowest = merged.testResults
 process.stdout.write(
   `\nslowest files:\n${slowest.map((t) => `${t.seconds.toFixed(1).padStart(7)}s  ${t.file}`).join("\n")}\n`,
 )
+// The failures last, named, with the first line of each message: a log cut to its tail still says
+// which test failed and why.
+const firstLine = (text: string | undefined) => (text ?? "").trim().split("\n")[0]?.slice(0, 300) ?? ""
+const failures = merged.testResults.flatMap((t) => {
+  const file = relative(process.cwd(), t.name ?? "?")
+  const failed = (t.assertionResults ?? []).filter((a) => a.status === "failed")
+  if (failed.length > 0)
+    return failed.map((a) => `  ${file} > ${a.fullName ?? "?"}\n      ${firstLine(a.failureMessages?.[0])}`)
+  // A file that failed outside its tests (an error in a hook, or at import).
+  return t.status === "failed" ? [`  ${file}\n      ${firstLine(t.message)}`] : []
+})
+if (failures.length > 0) process.stdout.write(`\nfailed:\n${failures.join("\n")}\n`)
 process.stdout.write(
   `\n${merged.numPassedTests} passed, ${merged.numFailedTests} failed, ${merged.numPendingTests + merged.numTodoTests} skipped\n`,
 )
