@@ -341,6 +341,23 @@ const confirmFailureEveryMs = 1_000
 const unreachableProbeEveryMs = 10_000
 
 /**
+ * The member answers the hub again: its caches' lists and watches may be waiting out a backoff of up to
+ * 30 s. Resume them now, and do not vouch for the caches until they have listed or watched again.
+ */
+const resumeCaches = (engine: MemberEngine, entry: MemberEntry) => {
+  if (
+    engine.checks.failingSince === undefined &&
+    engine.jobs.failingSince === undefined &&
+    engine.namespaces?.failingSince === undefined
+  )
+    return
+  entry.catchingUp = true
+  engine.checks.resumeNow()
+  engine.jobs.resumeNow()
+  engine.namespaces?.resumeNow()
+}
+
+/**
  * One probe: a LIST of at most one BackupCheck where the hub works, with a short deadline of silence:
  * it fails when the member's connection delivered nothing for 5 s (a dead, hung or blackholed API server
  * is noticed as fast as with a plain 5 s deadline). While the connection keeps delivering answers to the
@@ -387,18 +404,7 @@ const probeOnce = Effect.fnUntraced(function* (
     if (p.connected !== true && p.consecutiveSuccesses >= timings.probeSuccessThreshold) {
       if (p.connected === false) {
         yield* Effect.logInfo("member reachable again")
-        // The caches' watches may be waiting out a backoff of up to 30 s: resume them now, and do not
-        // vouch for the caches until they have.
-        if (
-          engine.checks.failingSince !== undefined ||
-          engine.jobs.failingSince !== undefined ||
-          engine.namespaces?.failingSince !== undefined
-        ) {
-          entry.catchingUp = true
-          engine.checks.resumeNow()
-          engine.jobs.resumeNow()
-          engine.namespaces?.resumeNow()
-        }
+        resumeCaches(engine, entry)
       }
       p.connected = true
       delete p.lastError
@@ -409,6 +415,10 @@ const probeOnce = Effect.fnUntraced(function* (
     delete p.denied
     if (wasKeptOut && p.connected === true) {
       yield* Effect.logInfo("member answers the hub again; requeueing its checks")
+      // Refused (401, 403, 404) while reachable, the caches' lists and watches failed too and back off
+      // as long: without this, a check whose spec changed meanwhile kept its old verdict until they
+      // retried on their own (up to 30 s after access came back).
+      resumeCaches(engine, entry)
       yield* engine.requeueAll
     }
     if (p.kubernetesVersion === undefined) {

@@ -7,6 +7,8 @@
 //   - an exec plugin (clusters/local-fleet/token-plugin.sh, a TokenRequest token per run) whose
 //     credentials expire every 3 s, EXPIRIES times (default 5): 0 relists, verification continues
 //   - a change of the connection (tls-server-name) still rebuilds: the caches are listed again
+//   - access granted to an identity the member refused (403): the caches list within a probe or two, not
+//     when their backoff runs out
 //   - exec plugins that fail, hang or print garbage are bounded and reported (CredentialsValid=False
 //     ExecPluginFailed) without what they printed
 //   - a Cluster API <cluster>-kubeconfig Secret (data key value) selected by --capi-kubeconfig-selector
@@ -386,6 +388,61 @@ describe("credential rotation without a relist", () => {
     await waitUntil("the rebuilt engine listed its caches", 30_000, () => relists("rotated", t0).length >= 2)
     await createCheck("rotated", "after-rebuild")
     await allReconciledAndVerified("rotated", 60_000)
+  }, 120_000)
+
+  it("access granted after the member refused the hub: the caches list at once, not after their backoff", async () => {
+    // An identity with no RBAC yet (registered before deploy/member's RBAC was applied, or with its
+    // binding lost): the probe's LIST is answered 403, and the informers' LISTs fail too and back off
+    // (0.8 s, doubling). After their fourth 403 their next try is at least 6.4 s away; the grant comes
+    // right then, and the hub must list within a few probes, not when that backoff runs out.
+    const late = "late-identities"
+    for (const ns of [late, "granted"])
+      expect((await m1.api("POST", "/api/v1/namespaces", { metadata: { name: ns } })).status).toBe(201)
+    expect(
+      (
+        await m1.api("POST", `/api/v1/namespaces/${late}/serviceaccounts`, {
+          metadata: { name: "hub", namespace: late },
+        })
+      ).status,
+    ).toBe(201)
+    const token = await m1.api("POST", `/api/v1/namespaces/${late}/serviceaccounts/hub/token`, {
+      apiVersion: "authentication.k8s.io/v1",
+      kind: "TokenRequest",
+      spec: { expirationSeconds: 3600 },
+    })
+    expect(token.status, JSON.stringify(token.body)).toBe(201)
+    await createCheck("granted", "before-grant")
+    const t0 = Date.now()
+    await putSecret("granted", withToken(token.body.status.token), "granted")
+    const checkLists = (since: number, code: number) =>
+      relists("granted", since).filter((r) => r.resource === "backupchecks" && r.code === code)
+    await waitUntil(
+      "four refused LISTs of the hub's check informer",
+      60_000,
+      () => checkLists(t0, 403).length >= 4,
+      50,
+    )
+    const grantedAt = Date.now()
+    expect(
+      (
+        await m1.api("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+          metadata: { name: "late-hub" },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+          subjects: [{ kind: "ServiceAccount", name: "hub", namespace: late }],
+        })
+      ).status,
+    ).toBe(201)
+    await waitUntil(
+      "the hub's check informer listed with the grant",
+      30_000,
+      () => checkLists(grantedAt, 200).length > 0,
+      50,
+    )
+    const listedAfterMs = checkLists(grantedAt, 200)[0]!.receivedUs / 1000 - grantedAt
+    process.stdout.write(`access granted → the check informer listed after ${Math.round(listedAfterMs)} ms\n`)
+    // The probe comes every 500 ms here; the informer's own retry was 6.4 s or more away.
+    expect(listedAfterMs).toBeLessThan(3_000)
+    await allReconciledAndVerified("granted", 60_000)
   }, 120_000)
 
   it(`${expiries} exec credential expiries (TokenRequest plugin): 0 relists, verification continues`, async () => {
