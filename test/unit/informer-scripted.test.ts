@@ -1,6 +1,7 @@
 // The informer against a scripted server (test/support/scripted-server.ts): paging with continue, 410
-// relists in the stream and on the continue token, backoff on 5xx, parse errors and empty watches, its
-// reset after a healthy watch, Retry-After, silent watches, and event latency. No cluster needed.
+// relists in the stream and on the continue token (at once unless it is a storm), backoff on 5xx, parse
+// errors and empty watches, its reset after a healthy watch, Retry-After (waited as asked, not doubled),
+// silent watches, and event latency. No cluster needed.
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import type { Informer } from "../../src/engine/informer/informer.ts"
@@ -185,6 +186,90 @@ describe("informer against a scripted server", () => {
       expect(gap(3)).toBeGreaterThanOrEqual(190) // second 410 within 2 min: backoff 200-400 ms
       expect(gap(5)).toBeGreaterThanOrEqual(990) // 429 Retry-After: 1 s beats the 400-800 ms backoff
       expect(h.informer.relists).toBe(2)
+      expect(h.informer.errors).toBe(3)
+    } finally {
+      await h.close()
+      await srv.stop()
+    }
+  })
+
+  it("relists at once on a 410 after a watch that ran, however soon after the last 410", async () => {
+    // A restarted API server expires every watch's RV: two restarts a minute apart are two routine
+    // 410s, not a storm, and the second must not wait out a backoff while the cache is behind.
+    const log: Array<{ kind: "list" | "watch"; at: number }> = []
+    let watches = 0
+    let goneAt = 0
+    const gone = line("ERROR", { kind: "Status", code: 410, reason: "Expired", message: "too old" })
+    const srv = await scripted((_req, res, url) => {
+      const isWatch = url.searchParams.get("watch") === "true"
+      log.push({ kind: isWatch ? "watch" : "list", at: performance.now() })
+      if (!isWatch) {
+        res.writeHead(200)
+        return res.end(JSON.stringify({ metadata: { resourceVersion: "5" }, items: [] }))
+      }
+      watches++
+      res.writeHead(200)
+      if (watches === 1) return res.end(gone)
+      if (watches === 2) {
+        res.write(line("ADDED", cm("x", "6")))
+        setTimeout(() => {
+          goneAt = performance.now()
+          res.end(gone)
+        }, 300)
+        return
+      }
+      res.write(line("ADDED", cm("y", "7")))
+    })
+    const h = await startInformer(srv.kubeconfig, { backoff: { initialMs: 1_000, maxMs: 5_000 } })
+    try {
+      await waitUntil("y", 10_000, () => h.informer.store.has("ns/y"), pollMs)
+      expect(log.map((l) => l.kind)).toEqual(["list", "watch", "list", "watch", "list", "watch"])
+      // The second 410 came 0.3 s after the first, on a watch that delivered: relisted at once, not
+      // after the 1-2 s backoff.
+      expect(log[4]!.at - goneAt).toBeLessThan(500)
+      expect(h.informer.relists).toBe(2)
+    } finally {
+      await h.close()
+      await srv.stop()
+    }
+  })
+
+  it("waits as Retry-After asks, without growing the backoff on each such answer", async () => {
+    // A restarted API server answers 429 "storage is (re)initializing" with Retry-After: 1 until its
+    // watch cache is ready: three in a row are three 1 s waits, not 1, 2 and 4 s.
+    const at: number[] = []
+    let watches = 0
+    const srv = await scripted((_req, res, url) => {
+      if (url.searchParams.get("watch") !== "true") {
+        res.writeHead(200)
+        return res.end(JSON.stringify({ metadata: { resourceVersion: "5" }, items: [] }))
+      }
+      at.push(performance.now())
+      watches++
+      if (watches <= 3) {
+        res.writeHead(429, { "retry-after": "1" })
+        return res.end(
+          JSON.stringify({
+            kind: "Status",
+            code: 429,
+            reason: "TooManyRequests",
+            message: "storage is (re)initializing",
+          }),
+        )
+      }
+      res.writeHead(200)
+      res.write(line("ADDED", cm("x", "6")))
+    })
+    const h = await startInformer(srv.kubeconfig, { backoff: { initialMs: 600, maxMs: 10_000 } })
+    try {
+      await waitUntil("x", 15_000, () => h.informer.store.has("ns/x"), pollMs)
+      expect(at).toHaveLength(4)
+      for (let i = 1; i < 4; i++) {
+        const gap = at[i]! - at[i - 1]!
+        expect(gap).toBeGreaterThanOrEqual(990)
+        // A doubled backoff would have made the third wait 2.4-4.8 s.
+        expect(gap).toBeLessThan(1_800)
+      }
       expect(h.informer.errors).toBe(3)
     } finally {
       await h.close()

@@ -384,6 +384,8 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
   let backoffMs = initialBackoffMs
   let healthySince: number | undefined
   let lastGoneAt: number | undefined
+  /** A watch ran (an event, or 1 s without failing) since the last 410: a 410 now is a new one. */
+  let watchedSinceGone = false
 
   const onFailure = Effect.fnUntraced(function* (error: KubeError, phase: "list" | "watch") {
     errors++
@@ -396,18 +398,25 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
     healthySince = undefined
     const gone = isGone(error)
     let waitMs: number
-    if (gone && (lastGoneAt === undefined || now - lastGoneAt >= resetAfterMs)) {
+    const retryAfter = error._tag === "KubeApiError" ? error.retryAfterSeconds : undefined
+    if (gone && (lastGoneAt === undefined || now - lastGoneAt >= resetAfterMs || watchedSinceGone)) {
       // An expired RV says nothing about the server's health (it is routine after a restart or a long
-      // gap), so the first one relists at once; only a storm of them backs off.
+      // gap), so it relists at once; only a storm of them (410 again before any watch ran) backs off.
       waitMs = 0
+    } else if (retryAfter !== undefined) {
+      // The server answered and said when to come back (429 while a restarted API server initialises
+      // its watch cache, 503 before its paths are installed, overload): as asked, and without growing
+      // the backoff, or a few such answers in a row after a restart left the cache seconds behind.
+      waitMs = Math.min(maxBackoffMs, Math.max(initialBackoffMs, retryAfter * 1000))
     } else {
       const jitter = yield* Random.next
       waitMs = Math.min(maxBackoffMs, Math.round(backoffMs * (1 + jitter)))
       backoffMs = Math.min(maxBackoffMs, backoffMs * 2)
-      const retryAfter = error._tag === "KubeApiError" ? error.retryAfterSeconds : undefined
-      if (retryAfter !== undefined) waitMs = Math.max(waitMs, Math.min(maxBackoffMs, retryAfter * 1000))
     }
-    if (gone) lastGoneAt = now
+    if (gone) {
+      lastGoneAt = now
+      watchedSinceGone = false
+    }
     const fields = {
       phase,
       error: describe(error),
@@ -482,6 +491,7 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
           Deferred.await(kick).pipe(Effect.as(new WatchKicked())),
         ),
       )
+      if (eventsThisWatch > 0 || (yield* Clock.currentTimeMillis) - started >= 1000) watchedSinceGone = true
       if (Result.isSuccess(outcome)) {
         if (outcome.success instanceof WatchKicked) continue
         // client-go's "very short watch": a watch that closes at once with nothing in it is a failure,
