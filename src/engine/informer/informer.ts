@@ -491,12 +491,14 @@ export const makeInformer = Effect.fnUntraced(function* <T>(
           Deferred.await(kick).pipe(Effect.as(new WatchKicked())),
         ),
       )
-      if (eventsThisWatch > 0 || (yield* Clock.currentTimeMillis) - started >= 1000) watchedSinceGone = true
+      // The watch ran: it delivered something, or lasted 1 s.
+      const ran = eventsThisWatch > 0 || (yield* Clock.currentTimeMillis) - started >= 1000
+      if (ran) watchedSinceGone = true
       if (Result.isSuccess(outcome)) {
         if (outcome.success instanceof WatchKicked) continue
         // client-go's "very short watch": a watch that closes at once with nothing in it is a failure,
         // or a misbehaving server would have us re-watch in a hot loop.
-        if ((yield* Clock.currentTimeMillis) - started < 1000 && eventsThisWatch === 0) {
+        if (!ran) {
           yield* onFailure(
             new KubeTransportError({
               cluster: client.cluster,
