@@ -28,6 +28,7 @@ import { memoryReturnTimings, runMemoryReturn } from "./memory-return.ts"
 import { runPlacement } from "./placement/controller.ts"
 import { runPlacementMirror } from "./placement/mirror.ts"
 import { type Registration, runRegistration } from "./registration.ts"
+import { closeServer } from "./serving/close-server.ts"
 import { type ServingCert, tlsServerOptions, watchServingFiles } from "./serving/serving-cert.ts"
 import { describeShare, makeSharding, type Sharding, unshardedFence } from "./sharding/shards.ts"
 import { statusNewsClasses } from "./status-news.ts"
@@ -201,9 +202,8 @@ export const runHub = Effect.fnUntraced(function* (
           tls: servingCert?.pair,
         }),
       )
-      yield* Effect.addFinalizer(() =>
-        Effect.promise(() => new Promise<void>((r) => server.close(() => r()))),
-      )
+      // In-flight requests get the drain grace; a kept-alive connection does not hold the hub open.
+      yield* Effect.addFinalizer(() => Effect.promise(() => closeServer(server, config.drainGraceMs)))
       yield* Effect.logInfo(serves === "all" ? "hub serving" : "dashboard serving").pipe(
         Effect.annotateLogs({
           address: `${address.host}:${port}`,

@@ -432,8 +432,13 @@ describe("Prometheus and Alertmanager: the shipped rules and dashboard against a
     const absent = shippedRules().find((r) => r.alert === "FleetcheckHubAbsent")
     expect(absent, "FleetcheckHubAbsent in rules.yaml").toBeDefined()
     expect(hasData(await prom.query(absent!.expr)), "while the hub serves").toBe(false)
-    await hub?.stop()
+    // Stopping is bounded by the hub's drain grace (5 s here), however often Prometheus scrapes it.
+    let stopped = false
+    void hub!.stop().then(() => {
+      stopped = true
+    })
     hub = undefined
+    await waitUntil("the hub to stop while Prometheus scrapes it", 20_000, () => stopped)
     await waitUntil(
       "FleetcheckHubAbsent's expression to return data",
       60_000,
