@@ -95,6 +95,7 @@ try {
   const raws: Array<{ startup: number; restore: number }> = []
   const agents: number[] = []
   const agentStartups: number[] = []
+  const phases: string[] = []
   for (let r = 0; r < rounds; r++) {
     const rawDir = join(work, `raw-${r}`)
     raws.push(await raw(dump, rawDir))
@@ -119,12 +120,13 @@ try {
         const ready = /postgres ready in ([\d.]+)s/.exec(res.stderr)
         if (!ready) throw new Error(`the agent logged no phases: ${res.stderr}`)
         agentStartups.push(Number(ready[1]))
+        phases.push(/postgres phases: (.*)/.exec(res.stderr)?.[1] ?? "")
       }),
     )
     rmSync(scratch, { recursive: true, force: true })
     const x = raws[r]!
     console.log(
-      `round ${r + 1}: start-up ${x.startup.toFixed(2)}s + pg_restore ${x.restore.toFixed(2)}s, agent ${agents[r]?.toFixed(2)}s of which its Postgres start-up ${agentStartups[r]?.toFixed(2)}s (${JSON.parse(out).message})`,
+      `round ${r + 1}: start-up ${x.startup.toFixed(2)}s + pg_restore ${x.restore.toFixed(2)}s, agent ${agents[r]?.toFixed(2)}s of which its Postgres start-up ${agentStartups[r]?.toFixed(2)}s (${JSON.parse(out).message}; agent phases: ${phases[r]})`,
     )
   }
   const startup = median(raws.map((x) => x.startup))
