@@ -434,11 +434,12 @@ describe("Prometheus and Alertmanager: the shipped rules and dashboard against a
     expect(hasData(await prom.query(absent!.expr)), "while the hub serves").toBe(false)
     // Stopping is bounded by the hub's drain grace (5 s here), however often Prometheus scrapes it.
     let stopped = false
-    void hub!.stop().then(() => {
+    const stopping = hub!.stop().finally(() => {
       stopped = true
     })
     hub = undefined
     await waitUntil("the hub to stop while Prometheus scrapes it", 20_000, () => stopped)
+    await stopping
     await waitUntil(
       "FleetcheckHubAbsent's expression to return data",
       60_000,
