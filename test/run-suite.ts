@@ -116,7 +116,7 @@ process.stdout.write(
 )
 // The failures last, named, with the first line of each message: a log cut to its tail still says
 // which test failed and why.
-const firstLine = (text: string | undefined) => (text ?? "").trim().split("\n")[0]?.slice(0, 300) ?? ""
+const firstLine = (text: string | undefined) => (text ?? "").trim().split("\n")[0]?.slice(0, 800) ?? ""
 const failures = merged.testResults.flatMap((t) => {
   const file = relative(process.cwd(), t.name ?? "?")
   const failed = (t.assertionResults ?? []).filter((a) => a.status === "failed")

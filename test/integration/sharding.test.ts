@@ -330,6 +330,15 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
       w.receivedUs <= lastProofBefore(proofs, w.receivedUs) + (renewDeadlineMs + latencyAllowanceMs) * 1000
     )
   }
+  /** How long before `w` the last of `r`'s terms of a member's Lease ended, for a fencing problem's message. */
+  const describeLastOwn = (
+    terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
+    r: Replica,
+    w: AuditedRequest,
+  ) => {
+    const mine = terms.filter((x) => x.replica === r && x.firstUs <= w.receivedUs).at(-1)
+    return mine ? `${Math.round((w.receivedUs - mine.lastUs) / 1000)} ms before` : "none before"
+  }
   /** Whether a write falls in `r`'s term among `terms`, no later than the fence allows after its last renewal. */
   const inTerm = (
     terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
@@ -701,7 +710,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
         const term = t.filter((x) => x.firstUs <= w.receivedUs).at(-1)
         if (!term || term.replica !== r)
           problems.push(
-            `${m}: ${r.name} wrote outside its term (holder then: ${term?.replica.name ?? "none"}): ${formatRequests([w])}`,
+            `${m}: ${r.name} wrote outside its term (holder then: ${term?.replica.name ?? "none"}, its term from ${term ? Math.round((w.receivedUs - term.firstUs) / 1000) : "-"} ms before; ${r.name}'s last Lease write for it ${describeLastOwn(t, r, w)}): ${formatRequests([w])}`,
           )
         else if (!inMemberTerm(t, proofs.get(r)!, r, w))
           problems.push(
@@ -729,7 +738,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     // In full on stderr: the assertion's diff shortens a long string to its first line.
     if (problems.length > 0)
       console.error(`fencing problems (${problems.length}):\n${problems.slice(0, 30).join("\n")}`)
-    expect(problems.slice(0, 30).join("\n")).toBe("")
+    // The first problem leads the message, so a log cut to its tail (the suite prints each failure's
+    // first line) still names the write, its time and the holder then.
+    expect(problems.length, `fencing problems: ${problems.slice(0, 3).join(" | ")}`).toBe(0)
     expect((await duplicateJobs()).join("\n"), "duplicate restore Jobs").toBe("")
     // The replicas are told apart in every log: each one's writes are there.
     for (const r of replicas.values())
