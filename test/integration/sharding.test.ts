@@ -688,6 +688,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     const problems: string[] = []
     let counted = 0
     let placedWrites = 0
+    let closest: { us: number; what: string } | undefined
     const proofs = new Map([...replicas.values()].map((r) => [r, proofsOf(audit, r)]))
     for (const m of allMembers()) {
       const t = terms.get(m) ?? []
@@ -708,6 +709,19 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
         }
         // The term this write falls in: the last one started at or before it.
         const term = t.filter((x) => x.firstUs <= w.receivedUs).at(-1)
+        // How close a write of the work came to the next holder's term (a release is a Lease write, and
+        // the next holder's acquiring write follows it at once): the margin the fence left.
+        const next = t.find((x) => x.firstUs > w.receivedUs && x.replica !== r)
+        if (
+          next &&
+          term?.replica === r &&
+          w.resource !== "leases" &&
+          (closest === undefined || next.firstUs - w.receivedUs < closest.us)
+        )
+          closest = {
+            us: next.firstUs - w.receivedUs,
+            what: `${m}: ${r.name} → ${next.replica.name}, ${w.verb} ${w.resource}${w.subresource ? `/${w.subresource}` : ""}`,
+          }
         if (!term || term.replica !== r)
           problems.push(
             `${m}: ${r.name} wrote outside its term (holder then: ${term?.replica.name ?? "none"}, its term from ${term ? Math.round((w.receivedUs - term.firstUs) / 1000) : "-"} ms before; ${r.name}'s last Lease write for it ${describeLastOwn(t, r, w)}): ${formatRequests([w])}`,
@@ -734,6 +748,9 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     const holders = new Set([...terms.values()].flatMap((t) => t.map((x) => x.replica.name)))
     console.log(
       `audit: ${counted} writes for ${allMembers().length} members (besides ${races} Lease writes that lost a race: 409) checked against ${[...terms.values()].reduce((n, t) => n + t.length, 0)} Lease terms of ${[...holders].sort().join(", ")}`,
+    )
+    console.log(
+      `audit: the closest a write came to the next holder's acquiring write: ${closest ? `${Math.round(closest.us / 1000)} ms (${closest.what})` : "no handover"}`,
     )
     // In full on stderr: the assertion's diff shortens a long string to its first line.
     if (problems.length > 0)
