@@ -264,12 +264,14 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
   const replicaOfWrite = (w: AuditedRequest) =>
     [...replicas.values()].find((r) => w.user === r.user || w.userAgent === r.userAgent)
 
+  /** One replica's run of consecutive successful writes of a Lease, by the time the hub received them. */
+  type LeaseTerm = { replica: Replica; firstUs: number; lastUs: number }
   /** Each member's Lease terms from the hub's audit log: consecutive successful Lease writes by one replica. */
   const leaseTerms = (
     audit: Snapshot,
     leaseOf: (w: AuditedRequest) => string | undefined = memberOfHubWrite,
   ) => {
-    const terms = new Map<string, Array<{ replica: Replica; firstUs: number; lastUs: number }>>()
+    const terms = new Map<string, Array<LeaseTerm>>()
     for (const w of audit.hub) {
       if (w.resource !== "leases" || !(w.code === 200 || w.code === 201)) continue
       const m = leaseOf(w)
@@ -319,7 +321,7 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     proofs.filter((p) => p <= us).at(-1) ?? Number.NEGATIVE_INFINITY
   /** Whether a write for a member falls in `r`'s term of its Lease, within the fence after r's last proof. */
   const inMemberTerm = (
-    terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
+    terms: ReadonlyArray<LeaseTerm>,
     proofs: ReadonlyArray<number>,
     r: Replica,
     w: AuditedRequest,
@@ -331,20 +333,12 @@ describe("sharding across hub replicas, from the API servers' audit logs", () =>
     )
   }
   /** How long before `w` the last of `r`'s terms of a member's Lease ended, for a fencing problem's message. */
-  const describeLastOwn = (
-    terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
-    r: Replica,
-    w: AuditedRequest,
-  ) => {
+  const describeLastOwn = (terms: ReadonlyArray<LeaseTerm>, r: Replica, w: AuditedRequest) => {
     const mine = terms.filter((x) => x.replica === r && x.firstUs <= w.receivedUs).at(-1)
     return mine ? `${Math.round((w.receivedUs - mine.lastUs) / 1000)} ms before` : "none before"
   }
   /** Whether a write falls in `r`'s term among `terms`, no later than the fence allows after its last renewal. */
-  const inTerm = (
-    terms: ReadonlyArray<{ replica: Replica; firstUs: number; lastUs: number }>,
-    r: Replica,
-    w: AuditedRequest,
-  ) => {
+  const inTerm = (terms: ReadonlyArray<LeaseTerm>, r: Replica, w: AuditedRequest) => {
     const term = terms.filter((x) => x.firstUs <= w.receivedUs).at(-1)
     return term?.replica === r && w.receivedUs <= term.lastUs + (renewDeadlineMs + latencyAllowanceMs) * 1000
   }
